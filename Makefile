@@ -1,0 +1,78 @@
+# cojoin build entry point. Every target installs what it needs, once, and skips what is there.
+#   make demo    build the host and the example plugins, call each plugin from the CLI
+#   make test    everything CI runs: plugins in three languages, then the test suite
+#   make bench   plugin call and load benchmarks (prints a table)
+#   make plugins build every plugin component into build/plugins/
+
+SHELL := /bin/bash
+CARGO ?= cargo
+PY ?= python3
+OUT := build/plugins
+VENV := .venv
+COMPONENTIZE_PY := $(VENV)/bin/componentize-py
+COMPONENTIZE_JS := plugins/js/node_modules/.bin/componentize-js
+RUST_PLUGINS := order_paid noop misbehave not_a_plugin
+RUST_WASM := $(foreach p,$(RUST_PLUGINS),$(OUT)/$(p).wasm)
+HOST := target/release/cojoin
+
+.PHONY: all demo test bench plugins setup wasm-target host rust-plugins
+all: plugins host
+
+# --- toolchains ---------------------------------------------------------------------------------
+wasm-target:
+	@rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+$(COMPONENTIZE_PY): plugins/python/requirements.txt
+	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r plugins/python/requirements.txt
+	@touch $@
+
+$(COMPONENTIZE_JS): plugins/js/package.json plugins/js/package-lock.json
+	cd plugins/js && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+setup: wasm-target $(COMPONENTIZE_PY) $(COMPONENTIZE_JS)
+
+# --- plugins ------------------------------------------------------------------------------------
+rust-plugins: wasm-target
+	cd plugins/rust && $(CARGO) build --release --target wasm32-wasip2 --quiet
+	@mkdir -p $(OUT)
+	@for p in $(RUST_PLUGINS); do cmp -s plugins/rust/target/wasm32-wasip2/release/$$p.wasm $(OUT)/$$p.wasm \
+	  || cp plugins/rust/target/wasm32-wasip2/release/$$p.wasm $(OUT)/$$p.wasm; done
+	@cmp -s $(OUT)/order_paid.wasm $(OUT)/order_paid_rust.wasm || cp $(OUT)/order_paid.wasm $(OUT)/order_paid_rust.wasm
+
+$(OUT)/order_paid_python.wasm: plugins/python/order_paid/app.py wit/plugin.wit $(COMPONENTIZE_PY)
+	@mkdir -p $(OUT)
+	$(COMPONENTIZE_PY) -d wit -w plugin componentize -p plugins/python/order_paid app -o $@.tmp
+	@mv $@.tmp $@
+
+# componentize-js is called directly: `jco componentize` 1.35 cannot read the WIT path here.
+# `-d http -d fetch-event` keeps wasi:http out of the component's imports.
+$(OUT)/order_paid_js.wasm: plugins/js/order-paid.js wit/plugin.wit $(COMPONENTIZE_JS)
+	@mkdir -p $(OUT)
+	$(COMPONENTIZE_JS) plugins/js/order-paid.js --wit wit --world-name plugin -d http -d fetch-event -o $@.tmp
+	@mv $@.tmp $@
+
+plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm
+
+# --- host ---------------------------------------------------------------------------------------
+host:
+	$(CARGO) build --release -p cojoin
+
+demo: plugins host
+	@for lang in rust python js; do \
+	  echo "== order_paid_$$lang.wasm: on-match(order, payment)"; \
+	  $(HOST) plugin call $(OUT)/order_paid_$$lang.wasm --a examples/events/order.json --b examples/events/payment.json || exit 1; \
+	  echo "== order_paid_$$lang.wasm: on-expire(order) — an order that was never paid"; \
+	  $(HOST) plugin call $(OUT)/order_paid_$$lang.wasm --a examples/events/order.json || exit 1; \
+	done
+
+test: plugins
+	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) test --release --workspace --no-fail-fast 2>&1 | tee build/test.log; \
+	  status=$${PIPESTATUS[0]}; \
+	  echo "== test summary"; grep -E '^test result:' build/test.log | \
+	  awk '{p+=$$4; f+=$$6; i+=$$8} END {printf "passed %d, failed %d, ignored %d\n", p, f, i}'; \
+	  exit $$status
+
+bench: plugins
+	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) bench -p cojoin --bench plugin_call

@@ -1,0 +1,13 @@
+//! cojoin: join Kafka topics by key and run a sandboxed WebAssembly component on every match.
+//!
+//! # Layout
+//!
+//! - [`event`]: the records the join handles — pure data shared by every other module.
+//! - [`json`]: the JSON forms of events and outputs used by the command line.
+//! - [`plugin`]: the WebAssembly side — engine, sandbox, instances, hot-swap registry.
+//!   It depends on `event` only; the Kafka side will not import it, nor it the Kafka side.
+//! - `main.rs`: the `cojoin` command line.
+
+pub mod event;
+pub mod json;
+pub mod plugin;

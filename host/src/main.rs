@@ -1,0 +1,189 @@
+//! The `cojoin` command line. Exit codes: 0 ok, 2 fatal (bad input, plugin cannot load),
+//! 3 the plugin returned an error, 4 the plugin trapped.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use cojoin::event::Side;
+use cojoin::json::{event_from_json, output_to_json};
+use cojoin::plugin::{CallError, EngineOptions, PluginEngine, PluginLimits, PluginRegistry};
+
+#[derive(Parser)]
+#[command(
+    name = "cojoin",
+    version,
+    about = "Join Kafka topics by key; act on every match with a WebAssembly plugin"
+)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Work with plugin components.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Call a plugin once and print the records it returns, one JSON object per line.
+    ///
+    /// With --a and --b: on-match(key of a, a, b). With only --a: on-expire of a left event; with
+    /// only --b: on-expire of a right event.
+    Call(CallArgs),
+}
+
+#[derive(Args)]
+struct CallArgs {
+    /// The plugin component (.wasm).
+    plugin: PathBuf,
+    /// Left event as JSON: {"topic", "partition", "offset", "timestamp", "key", "value", "headers"}.
+    #[arg(long)]
+    a: Option<PathBuf>,
+    /// Right event as JSON (same form as --a).
+    #[arg(long)]
+    b: Option<PathBuf>,
+    /// A plugin config entry passed to init, as key=value; repeatable.
+    #[arg(long = "config", value_name = "KEY=VALUE")]
+    config: Vec<String>,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+#[derive(Args)]
+struct LimitArgs {
+    /// Per-call deadline in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    deadline_ms: u64,
+    /// Memory cap of the instance in MiB.
+    #[arg(long, default_value_t = 256)]
+    memory_mib: usize,
+    /// Fuel per call (turns fuel metering on).
+    #[arg(long)]
+    fuel: Option<u64>,
+    /// Directory of compiled components [default: $COJOIN_CACHE_DIR, else ~/.cache/cojoin].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("COJOIN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,cojoin::plugin=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn run(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Plugin(PluginCommand::Call(args)) => plugin_call(args),
+    }
+}
+
+fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("COJOIN_CACHE_DIR") {
+        return Some(dir.into());
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("cojoin"))
+}
+
+fn read_event(path: &PathBuf) -> Result<cojoin::event::Event> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read event file {path:?}"))?;
+    event_from_json(&text).with_context(|| format!("event file {path:?}"))
+}
+
+fn parse_config(entries: &[String]) -> Result<Vec<(String, String)>> {
+    entries
+        .iter()
+        .map(|entry| {
+            entry
+                .split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .with_context(|| format!("--config {entry:?}: expected KEY=VALUE"))
+        })
+        .collect()
+}
+
+fn plugin_call(args: CallArgs) -> Result<ExitCode> {
+    let a = args.a.as_ref().map(read_event).transpose()?;
+    let b = args.b.as_ref().map(read_event).transpose()?;
+    if a.is_none() && b.is_none() {
+        anyhow::bail!("give --a and --b (on-match), or one of them (on-expire)");
+    }
+    let limits = PluginLimits {
+        deadline: Duration::from_millis(args.limits.deadline_ms),
+        memory_bytes: args.limits.memory_mib << 20,
+        fuel: args.limits.fuel,
+        ..PluginLimits::default()
+    };
+    let engine = PluginEngine::new(EngineOptions {
+        cache_dir: args.limits.cache_dir.or_else(default_cache_dir),
+        fuel: args.limits.fuel.is_some(),
+        ..EngineOptions::default()
+    })?;
+    let registry =
+        PluginRegistry::from_file(engine, &args.plugin, limits, parse_config(&args.config)?)?;
+    let mut worker = registry.worker()?;
+    let result = match (&a, &b) {
+        (Some(a), Some(b)) => {
+            if a.key != b.key {
+                tracing::warn!("--a and --b have different keys; calling with the key of --a");
+            }
+            worker.on_match(&a.key, a, b)
+        }
+        (Some(a), None) => worker.on_expire(&a.key, a, Side::Left),
+        (None, Some(b)) => worker.on_expire(&b.key, b, Side::Right),
+        (None, None) => unreachable!("checked above"),
+    };
+    match result {
+        Ok(records) => {
+            for record in &records {
+                println!("{}", output_to_json(record));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e @ CallError::Plugin { .. }) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(3))
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(4))
+        }
+    }
+}

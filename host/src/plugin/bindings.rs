@@ -1,0 +1,87 @@
+//! Generated bindings for the `cojoin:plugin` world, and the conversions between them and the
+//! host's own [`event`](crate::event) types. Kept private: the rest of the crate sees only the names
+//! re-exported here.
+
+use crate::event;
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "plugin",
+});
+
+pub(crate) use self::Plugin as PluginBindings;
+pub(crate) use self::PluginPre as PluginBindingsPre;
+pub(crate) use cojoin::plugin::host;
+pub(crate) use cojoin::plugin::types as wit;
+
+/// Copies `src` into `dst`, reusing `dst`'s buffers, so that a worker calling the plugin over and
+/// over allocates nothing for its inputs once the buffers have grown to size.
+pub(crate) fn fill_event(dst: &mut wit::Event, src: &event::Event) {
+    dst.topic.clear();
+    dst.topic.push_str(&src.topic);
+    dst.partition = src.partition;
+    dst.offset = src.offset;
+    dst.timestamp = src.timestamp;
+    dst.key.clear();
+    dst.key.extend_from_slice(&src.key);
+    match (&mut dst.value, &src.value) {
+        (Some(d), Some(s)) => {
+            d.clear();
+            d.extend_from_slice(s);
+        }
+        (d, s) => *d = s.clone(),
+    }
+    dst.headers.truncate(src.headers.len());
+    for (i, h) in src.headers.iter().enumerate() {
+        match dst.headers.get_mut(i) {
+            Some(d) => {
+                d.key.clear();
+                d.key.push_str(&h.key);
+                d.value.clone_from(&h.value);
+            }
+            None => dst.headers.push(wit::Header {
+                key: h.key.clone(),
+                value: h.value.clone(),
+            }),
+        }
+    }
+}
+
+pub(crate) fn empty_event() -> wit::Event {
+    wit::Event {
+        topic: String::new(),
+        partition: 0,
+        offset: 0,
+        timestamp: 0,
+        key: Vec::new(),
+        value: None,
+        headers: Vec::new(),
+    }
+}
+
+pub(crate) fn side(side: event::Side) -> wit::Side {
+    match side {
+        event::Side::Left => wit::Side::Left,
+        event::Side::Right => wit::Side::Right,
+    }
+}
+
+/// Moves the plugin's records into host types without copying their bytes.
+pub(crate) fn outputs(records: Vec<wit::OutputRecord>) -> Vec<event::OutputRecord> {
+    records
+        .into_iter()
+        .map(|r| event::OutputRecord {
+            topic: r.topic,
+            key: r.key,
+            value: r.value,
+            headers: r
+                .headers
+                .into_iter()
+                .map(|h| event::Header {
+                    key: h.key,
+                    value: h.value,
+                })
+                .collect(),
+        })
+        .collect()
+}

@@ -1,0 +1,164 @@
+//! The one wasmtime `Engine` of a host, its linker (WASI p2 + `cojoin:plugin/host`), the compile
+//! cache, and the epoch ticker that enforces call deadlines.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine};
+
+use super::bindings::PluginBindings;
+use super::cache::{CacheOutcome, CompileCache};
+use super::error::LoadError;
+use super::sandbox::StoreState;
+
+/// How the engine is built; fixed for the life of the host.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Directory of compiled components; `None` compiles every load.
+    pub cache_dir: Option<PathBuf>,
+    /// Turn on fuel metering so plugins may set a fuel limit (costs some speed for every plugin).
+    pub fuel: bool,
+    /// Granularity of call deadlines.
+    pub epoch_tick: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            cache_dir: None,
+            fuel: false,
+            epoch_tick: Duration::from_millis(5),
+        }
+    }
+}
+
+/// A component compiled for this engine.
+pub struct CompiledPlugin {
+    pub(crate) component: Component,
+    pub sha256: String,
+    pub cache: CacheOutcome,
+    pub compile_time: Duration,
+}
+
+pub struct PluginEngine {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<StoreState>,
+    cache: Option<CompileCache>,
+    pub(crate) options: EngineOptions,
+    _ticker: EpochTicker,
+}
+
+impl PluginEngine {
+    pub fn new(options: EngineOptions) -> Result<Arc<Self>, LoadError> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.consume_fuel(options.fuel);
+        let engine = Engine::new(&config).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| LoadError::Engine(format!("linking WASI: {e:#}")))?;
+        PluginBindings::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |s| s)
+            .map_err(|e| LoadError::Engine(format!("linking cojoin:plugin/host: {e:#}")))?;
+        let cache = match &options.cache_dir {
+            Some(dir) => Some(CompileCache::new(dir.clone(), &engine).map_err(|e| {
+                LoadError::Engine(format!(
+                    "cannot create the compiled-plugin cache {dir:?}: {e} (set another cache directory)"
+                ))
+            })?),
+            None => None,
+        };
+        let ticker = EpochTicker::start(engine.clone(), options.epoch_tick);
+        Ok(Arc::new(PluginEngine {
+            engine,
+            linker,
+            cache,
+            options,
+            _ticker: ticker,
+        }))
+    }
+
+    /// Compiles (or fetches from the cache) a component. Blocking and CPU-heavy: call it from a
+    /// blocking thread, never from an async task.
+    pub fn compile(&self, plugin: &str, bytes: &[u8]) -> Result<CompiledPlugin, LoadError> {
+        check_header(plugin, bytes)?;
+        let sha256 = hex::encode(Sha256::digest(bytes));
+        let started = Instant::now();
+        let result = match &self.cache {
+            Some(cache) => cache.load(&self.engine, &sha256, bytes),
+            None => Component::new(&self.engine, bytes).map(|c| (c, CacheOutcome::Uncached)),
+        };
+        let (component, cache) = result.map_err(|e| LoadError::Compile {
+            plugin: plugin.to_owned(),
+            message: format!("{e:#}"),
+        })?;
+        Ok(CompiledPlugin {
+            component,
+            sha256,
+            cache,
+            compile_time: started.elapsed(),
+        })
+    }
+
+    /// Deadline expressed in epoch ticks, rounded up, plus one because the current tick may be
+    /// about to end.
+    pub(crate) fn ticks(&self, deadline: Duration) -> u64 {
+        let tick = self.options.epoch_tick.as_nanos().max(1);
+        (deadline.as_nanos().div_ceil(tick) as u64).saturating_add(1)
+    }
+}
+
+/// Catches the two common mistakes with a short message before the parser gives a long one.
+fn check_header(plugin: &str, bytes: &[u8]) -> Result<(), LoadError> {
+    let message = match bytes.get(..8) {
+        Some([0, b'a', b's', b'm', 0x0d, 0, 1, 0]) => return Ok(()),
+        Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => {
+            "it is a core WebAssembly module, not a component (wasm32-wasip1 or wasm32-unknown-unknown \
+             output): build for wasm32-wasip2, or wrap it with `wasm-tools component new`"
+        }
+        _ => "it is not a WebAssembly file (it does not start with \\0asm)",
+    };
+    Err(LoadError::Compile {
+        plugin: plugin.to_owned(),
+        message: message.to_owned(),
+    })
+}
+
+/// Advances the engine's epoch every tick; stops and joins when dropped.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine, tick: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("cojoin-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    engine.increment_epoch();
+                }
+            })
+            .expect("spawning the epoch ticker thread");
+        EpochTicker {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! A loaded plugin version (`PluginVersion`: compiled, linked, ready to instantiate) and a live
+//! instance of it (`PluginInstance`: one store, reused across calls, rebuilt after a trap).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use wasmtime::{Store, Trap};
+
+use super::bindings::{self, wit, PluginBindings, PluginBindingsPre};
+use super::engine::{CompiledPlugin, PluginEngine};
+use super::error::{CallError, LoadError, TrapKind};
+use super::limits::{MemoryCapExceeded, PluginLimits};
+use super::sandbox::StoreState;
+use crate::event::{Event, OutputRecord, Side};
+
+/// One version of a plugin, as published by the registry.
+pub struct PluginVersion {
+    /// The plugin's name (from its file name or the config).
+    pub name: String,
+    /// Increases by one with every version a registry publishes.
+    pub generation: u64,
+    /// Hex sha256 of the component bytes.
+    pub sha256: String,
+    pub loaded_at: SystemTime,
+    /// `name@` + the first 12 hex digits of the sha256; tags logs and errors.
+    pub label: Arc<str>,
+    pub compiled: CompiledInfo,
+    pre: PluginBindingsPre<StoreState>,
+    engine: Arc<PluginEngine>,
+    limits: PluginLimits,
+    config: Arc<[(String, String)]>,
+}
+
+/// How the version's code was obtained, for logs and the admin API.
+#[derive(Clone, Copy, Debug)]
+pub struct CompiledInfo {
+    pub cache: super::CacheOutcome,
+    pub compile_time: std::time::Duration,
+}
+
+impl PluginVersion {
+    /// Links a compiled component against the host's world. Fails when the component imports
+    /// something the host does not provide or lacks an export.
+    pub(crate) fn link(
+        engine: &Arc<PluginEngine>,
+        name: &str,
+        generation: u64,
+        compiled: CompiledPlugin,
+        limits: PluginLimits,
+        config: Arc<[(String, String)]>,
+    ) -> Result<Self, LoadError> {
+        let wrong_world = |e: wasmtime::Error| LoadError::WrongWorld {
+            plugin: name.to_owned(),
+            message: format!("{e:#}"),
+        };
+        let instance_pre = engine
+            .linker
+            .instantiate_pre(&compiled.component)
+            .map_err(wrong_world)?;
+        let pre = PluginBindingsPre::new(instance_pre).map_err(wrong_world)?;
+        let label: Arc<str> = format!("{name}@{}", &compiled.sha256[..12]).into();
+        Ok(PluginVersion {
+            name: name.to_owned(),
+            generation,
+            sha256: compiled.sha256,
+            loaded_at: SystemTime::now(),
+            label,
+            compiled: CompiledInfo {
+                cache: compiled.cache,
+                compile_time: compiled.compile_time,
+            },
+            pre,
+            engine: engine.clone(),
+            limits,
+            config,
+        })
+    }
+
+    pub fn limits(&self) -> &PluginLimits {
+        &self.limits
+    }
+
+    /// Instantiates and runs `init`.
+    pub fn instantiate(self: &Arc<Self>) -> Result<PluginInstance, LoadError> {
+        let live = self.start()?;
+        Ok(PluginInstance {
+            version: self.clone(),
+            live: Some(live),
+            a: bindings::empty_event(),
+            b: bindings::empty_event(),
+        })
+    }
+
+    fn start(&self) -> Result<Live, LoadError> {
+        let state = StoreState::new(self.label.clone(), self.limits.memory_bytes);
+        let mut store = Store::new(&self.engine.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(self.engine.ticks(self.limits.init_deadline));
+        if self.engine.options.fuel {
+            // Fuel limits calls, not start-up, which the init deadline already bounds.
+            store
+                .set_fuel(u64::MAX)
+                .expect("fuel is enabled on this engine");
+        }
+        let started = |e: wasmtime::Error| LoadError::Start {
+            plugin: self.label.to_string(),
+            source: classify(&self.label, e),
+        };
+        let bindings = self.pre.instantiate(&mut store).map_err(started)?;
+        match bindings.call_init(&mut store, &self.config) {
+            Ok(Ok(())) => Ok(Live { store, bindings }),
+            Ok(Err(message)) => Err(LoadError::Init {
+                plugin: self.label.to_string(),
+                message,
+            }),
+            Err(e) => Err(started(e)),
+        }
+    }
+}
+
+struct Live {
+    store: Store<StoreState>,
+    bindings: PluginBindings,
+}
+
+/// A live instance serving one worker's calls, one at a time.
+pub struct PluginInstance {
+    version: Arc<PluginVersion>,
+    /// `None` after a trap: the next call instantiates afresh.
+    live: Option<Live>,
+    // Reused argument buffers: see `bindings::fill_event`.
+    a: wit::Event,
+    b: wit::Event,
+}
+
+impl PluginInstance {
+    pub fn version(&self) -> &Arc<PluginVersion> {
+        &self.version
+    }
+
+    /// Calls `on-match(key, a, b)`.
+    pub fn on_match(
+        &mut self,
+        key: &[u8],
+        a: &Event,
+        b: &Event,
+    ) -> Result<Vec<OutputRecord>, CallError> {
+        bindings::fill_event(&mut self.a, a);
+        bindings::fill_event(&mut self.b, b);
+        self.prepare_call()?;
+        let live = self.live.as_mut().expect("prepared");
+        let result = live
+            .bindings
+            .call_on_match(&mut live.store, key, &self.a, &self.b);
+        self.finish(result)
+    }
+
+    /// Calls `on-expire(key, event, side)`.
+    pub fn on_expire(
+        &mut self,
+        key: &[u8],
+        event: &Event,
+        side: Side,
+    ) -> Result<Vec<OutputRecord>, CallError> {
+        bindings::fill_event(&mut self.a, event);
+        self.prepare_call()?;
+        let live = self.live.as_mut().expect("prepared");
+        let result =
+            live.bindings
+                .call_on_expire(&mut live.store, key, &self.a, bindings::side(side));
+        self.finish(result)
+    }
+
+    /// Arms the deadline (and fuel) of the next call, instantiating first if the last call trapped.
+    fn prepare_call(&mut self) -> Result<(), CallError> {
+        if self.live.is_none() {
+            let live = self.version.start().map_err(|e| CallError::Unavailable {
+                plugin: self.version.label.to_string(),
+                message: e.to_string(),
+            })?;
+            self.live = Some(live);
+        }
+        let live = self.live.as_mut().expect("instantiated above");
+        let limits = &self.version.limits;
+        live.store
+            .set_epoch_deadline(self.version.engine.ticks(limits.deadline));
+        if self.version.engine.options.fuel {
+            let fuel = limits.fuel.unwrap_or(u64::MAX);
+            live.store
+                .set_fuel(fuel)
+                .expect("fuel is enabled on this engine");
+        }
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        result: wasmtime::Result<Result<Vec<wit::OutputRecord>, String>>,
+    ) -> Result<Vec<OutputRecord>, CallError> {
+        match result {
+            Ok(Ok(records)) => Ok(bindings::outputs(records)),
+            Ok(Err(message)) => Err(CallError::Plugin {
+                plugin: self.version.label.to_string(),
+                message,
+            }),
+            Err(e) => {
+                // A trapped instance may be in any state: never call into it again.
+                self.live = None;
+                Err(classify(&self.version.label, e))
+            }
+        }
+    }
+}
+
+/// Sorts a trap into timeout, memory or crash. The message is the root cause (the full chain,
+/// with the Wasm backtrace, goes to the debug log).
+fn classify(label: &str, error: wasmtime::Error) -> CallError {
+    let kind = if error.downcast_ref::<MemoryCapExceeded>().is_some() {
+        TrapKind::Memory
+    } else {
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => TrapKind::Timeout,
+            Some(Trap::OutOfFuel) => TrapKind::Timeout,
+            _ => TrapKind::Crash,
+        }
+    };
+    tracing::debug!(
+        plugin = label,
+        kind = kind.as_str(),
+        "plugin trap: {error:?}"
+    );
+    let message = match kind {
+        TrapKind::Timeout => format!(
+            "{} (the call exceeded its deadline or fuel)",
+            error.root_cause()
+        ),
+        _ => error.root_cause().to_string(),
+    };
+    CallError::Trap {
+        plugin: label.to_owned(),
+        kind,
+        message,
+    }
+}

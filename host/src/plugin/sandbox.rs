@@ -1,0 +1,170 @@
+//! The store data of one plugin instance: a WASI p2 context that grants nothing, the memory cap, and
+//! the plugin's stdout/stderr and `log` calls routed into the host's log.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tokio::io::AsyncWrite;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::host::{Host, Level};
+use super::bindings::wit;
+use super::limits::MemoryCap;
+
+/// Everything a plugin's store holds.
+pub(crate) struct StoreState {
+    /// `name@sha256-prefix`, tagging every log line of this plugin.
+    pub(crate) label: Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryCap,
+}
+
+impl StoreState {
+    /// No preopened directories, no environment, no arguments, no network: only clocks, random
+    /// and the two output streams.
+    pub(crate) fn new(label: Arc<str>, memory_cap: usize) -> Self {
+        let wasi = WasiCtx::builder()
+            .stdout(LogStream::new(label.clone(), "stdout"))
+            .stderr(LogStream::new(label.clone(), "stderr"))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        StoreState {
+            label,
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryCap::new(memory_cap),
+        }
+    }
+}
+
+impl WasiView for StoreState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+// The types interface has no functions to provide.
+impl wit::Host for StoreState {}
+
+impl Host for StoreState {
+    fn log(&mut self, level: Level, message: String) {
+        let plugin = &*self.label;
+        match level {
+            Level::Trace => tracing::trace!(target: "cojoin::plugin", plugin, "{message}"),
+            Level::Debug => tracing::debug!(target: "cojoin::plugin", plugin, "{message}"),
+            Level::Info => tracing::info!(target: "cojoin::plugin", plugin, "{message}"),
+            Level::Warn => tracing::warn!(target: "cojoin::plugin", plugin, "{message}"),
+            Level::Error => tracing::error!(target: "cojoin::plugin", plugin, "{message}"),
+        }
+    }
+}
+
+/// Longest partial line kept before it is logged anyway, so a plugin printing without newlines
+/// cannot grow the host's memory.
+const MAX_LINE: usize = 16 * 1024;
+
+/// A plugin's stdout or stderr: complete lines go to the host log at info level.
+#[derive(Clone)]
+struct LogStream {
+    label: Arc<str>,
+    stream: &'static str,
+    pending: Arc<Mutex<Vec<u8>>>,
+}
+
+impl LogStream {
+    fn new(label: Arc<str>, stream: &'static str) -> Self {
+        LogStream {
+            label,
+            stream,
+            pending: Arc::default(),
+        }
+    }
+
+    fn write_bytes(&self, bytes: &[u8]) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.extend_from_slice(bytes);
+        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            self.emit(&line[..line.len() - 1]);
+        }
+        if pending.len() > MAX_LINE {
+            let line = std::mem::take(&mut *pending);
+            self.emit(&line);
+        }
+    }
+
+    fn emit(&self, line: &[u8]) {
+        if line.is_empty() {
+            return;
+        }
+        let text = String::from_utf8_lossy(line);
+        tracing::info!(target: "cojoin::plugin", plugin = &*self.label, stream = self.stream, "{text}");
+    }
+}
+
+impl IsTerminal for LogStream {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for LogStream {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for LogStream {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for LogStream {
+    fn write(&mut self, bytes: Bytes) -> Result<(), StreamError> {
+        self.write_bytes(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), StreamError> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> Result<usize, StreamError> {
+        Ok(MAX_LINE)
+    }
+}
+
+impl AsyncWrite for LogStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.write_bytes(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,1 @@
+fn main() { println!("I am a command, not a cojoin plugin"); }
