@@ -9,10 +9,10 @@ wasmtime::component::bindgen!({
     world: "plugin",
 });
 
+pub(crate) use self::cojoin::plugin::host;
+pub(crate) use self::cojoin::plugin::types as wit;
 pub(crate) use self::Plugin as PluginBindings;
 pub(crate) use self::PluginPre as PluginBindingsPre;
-pub(crate) use cojoin::plugin::host;
-pub(crate) use cojoin::plugin::types as wit;
 
 /// Copies `src` into `dst`, reusing `dst`'s buffers, so that a worker calling the plugin over and
 /// over allocates nothing for its inputs once the buffers have grown to size.

@@ -86,6 +86,7 @@ impl PluginVersion {
         Ok(PluginInstance {
             version: self.clone(),
             live: Some(live),
+            restarts: 0,
             a: bindings::empty_event(),
             b: bindings::empty_event(),
         })
@@ -129,6 +130,8 @@ pub struct PluginInstance {
     version: Arc<PluginVersion>,
     /// `None` after a trap: the next call instantiates afresh.
     live: Option<Live>,
+    /// Times a trapped instance was replaced by a fresh one.
+    restarts: u64,
     // Reused argument buffers: see `bindings::fill_event`.
     a: wit::Event,
     b: wit::Event,
@@ -137,6 +140,11 @@ pub struct PluginInstance {
 impl PluginInstance {
     pub fn version(&self) -> &Arc<PluginVersion> {
         &self.version
+    }
+
+    /// How many times a trapped instance was replaced by a fresh one.
+    pub fn restarts(&self) -> u64 {
+        self.restarts
     }
 
     /// Calls `on-match(key, a, b)`.
@@ -180,6 +188,7 @@ impl PluginInstance {
                 message: e.to_string(),
             })?;
             self.live = Some(live);
+            self.restarts += 1;
         }
         let live = self.live.as_mut().expect("instantiated above");
         let limits = &self.version.limits;
@@ -241,5 +250,15 @@ fn classify(label: &str, error: wasmtime::Error) -> CallError {
         plugin: label.to_owned(),
         kind,
         message,
+    }
+}
+
+impl std::fmt::Debug for PluginVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginVersion")
+            .field("name", &self.name)
+            .field("generation", &self.generation)
+            .field("sha256", &self.sha256)
+            .finish_non_exhaustive()
     }
 }

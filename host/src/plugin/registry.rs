@@ -196,6 +196,11 @@ impl PluginWorker {
         self.instance.version()
     }
 
+    /// Fresh instances started after traps, on the current version.
+    pub fn restarts(&self) -> u64 {
+        self.instance.restarts()
+    }
+
     pub fn on_match(
         &mut self,
         key: &[u8],
@@ -240,5 +245,14 @@ impl PluginWorker {
                 ),
             },
         }
+    }
+}
+
+impl std::fmt::Debug for PluginRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginRegistry")
+            .field("name", &self.name)
+            .field("current", &self.current())
+            .finish_non_exhaustive()
     }
 }

@@ -1,0 +1,168 @@
+//! Limits and isolation: deadline, memory cap, traps, error returns, no escape.
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use cojoin::plugin::{CallError, PluginLimits, TrapKind};
+
+use super::{event, registry};
+
+fn limits() -> PluginLimits {
+    PluginLimits {
+        deadline: Duration::from_millis(200),
+        memory_bytes: 64 << 20,
+        ..PluginLimits::default()
+    }
+}
+
+fn call(
+    worker: &mut cojoin::plugin::PluginWorker,
+    key: &str,
+) -> Result<Vec<cojoin::event::OutputRecord>, CallError> {
+    worker.on_match(
+        key.as_bytes(),
+        &event("orders", key, 1),
+        &event("payments", key, 2),
+    )
+}
+
+fn trap_kind(result: Result<Vec<cojoin::event::OutputRecord>, CallError>) -> TrapKind {
+    match result {
+        Err(CallError::Trap { kind, .. }) => kind,
+        other => panic!("expected a trap, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_looping_call_is_stopped_at_its_deadline_and_the_next_call_gets_a_fresh_instance() {
+    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    let started = Instant::now();
+    assert_eq!(trap_kind(call(&mut worker, "loop-1")), TrapKind::Timeout);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(200),
+        "stopped before its deadline: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "deadline of 200 ms not enforced: {took:?}"
+    );
+
+    let out = call(&mut worker, "ok-1").expect("the call after a timeout succeeds");
+    assert_eq!(out[0].value.as_deref(), Some(&b"ok ok-1"[..]));
+    assert_eq!(
+        worker.restarts(),
+        1,
+        "the trapped instance must be replaced"
+    );
+}
+
+#[test]
+fn a_memory_bomb_hits_the_cap_and_is_classified_as_memory() {
+    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    let err = call(&mut worker, "bomb-1").unwrap_err();
+    assert_eq!(err.kind(), "memory", "{err}");
+    assert!(
+        err.message().contains("memory cap of 67108864 bytes"),
+        "{err}"
+    );
+    assert!(call(&mut worker, "ok-2").is_ok());
+    assert_eq!(worker.restarts(), 1);
+}
+
+#[test]
+fn a_panic_is_a_crash_trap_and_the_instance_is_rebuilt() {
+    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    assert_eq!(trap_kind(call(&mut worker, "panic-1")), TrapKind::Crash);
+    assert!(call(&mut worker, "ok-3").is_ok());
+    assert_eq!(trap_kind(call(&mut worker, "panic-2")), TrapKind::Crash);
+    assert!(call(&mut worker, "ok-4").is_ok());
+    assert_eq!(worker.restarts(), 2);
+}
+
+#[test]
+fn an_error_return_is_a_plugin_error_and_keeps_the_instance() {
+    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    match call(&mut worker, "error-1") {
+        Err(CallError::Plugin { message, .. }) => {
+            assert_eq!(message, "fixture error for key error-1")
+        }
+        other => panic!("expected a plugin error, got {other:?}"),
+    }
+    assert!(call(&mut worker, "ok-5").is_ok());
+    assert_eq!(worker.restarts(), 0, "an error return is not a trap");
+}
+
+#[test]
+fn on_expire_is_limited_like_on_match() {
+    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    let err = worker
+        .on_expire(
+            b"loop-2",
+            &event("orders", "loop-2", 1),
+            cojoin::event::Side::Left,
+        )
+        .unwrap_err();
+    assert_eq!(err.kind(), "timeout");
+}
+
+#[test]
+fn fuel_stops_a_loop_when_enabled() {
+    let engine = cojoin::plugin::PluginEngine::new(cojoin::plugin::EngineOptions {
+        cache_dir: Some(super::cache_dir()),
+        fuel: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let limits = PluginLimits {
+        deadline: Duration::from_secs(30),
+        fuel: Some(10_000_000),
+        ..PluginLimits::default()
+    };
+    let registry = cojoin::plugin::PluginRegistry::from_file(
+        engine,
+        &super::plugin_path("misbehave.wasm"),
+        limits,
+        vec![],
+    )
+    .unwrap();
+    let mut worker = registry.worker().unwrap();
+    let started = Instant::now();
+    let err = call(&mut worker, "loop-3").unwrap_err();
+    assert_eq!(err.kind(), "timeout", "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "fuel, not the deadline, stopped it"
+    );
+    assert!(call(&mut worker, "ok-6").is_ok());
+}
+
+#[test]
+fn a_plugin_can_read_no_file_no_environment_and_open_no_socket() {
+    std::env::set_var("COJOIN_TEST_SECRET", "hunter2");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let mut worker = registry("misbehave.wasm", limits(), &[("connect", &addr)])
+        .worker()
+        .unwrap();
+
+    let out = call(&mut worker, "escape-1").expect("the escape attempt returns its report");
+    let report = String::from_utf8(out[0].value.clone().unwrap()).unwrap();
+    let line = |name: &str| {
+        report
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in report {report:?}"))
+            .to_owned()
+    };
+    assert!(line("file").starts_with("denied"), "{report}");
+    assert!(line("dir").starts_with("denied"), "{report}");
+    assert_eq!(line("env"), "0", "{report}");
+    assert_eq!(line("args"), "0", "{report}");
+    assert!(line("socket").starts_with("denied"), "{report}");
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the plugin reached the host's socket: {other:?}"),
+    }
+}
