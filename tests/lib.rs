@@ -1,0 +1,45 @@
+//! Helpers shared by the end-to-end suites in `tests/tests/`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The release `cojoin` binary, built by `cargo test --workspace --release` (the host crate's own
+/// tests need it) or `make host`.
+pub fn cojoin_bin() -> PathBuf {
+    let path = std::env::var_os("COJOIN_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/release/cojoin"));
+    assert!(
+        path.exists(),
+        "{path:?} is missing: run `make host` (or `make test`)"
+    );
+    path
+}
+
+pub fn plugin(file: &str) -> PathBuf {
+    let dir = std::env::var_os("COJOIN_TEST_PLUGINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("build/plugins"));
+    let path = dir.join(file);
+    assert!(
+        path.exists(),
+        "{path:?} is missing: run `make plugins` first"
+    );
+    path
+}
+
+/// Runs `cojoin` with `args`, a test-local compile cache and no stdin.
+pub fn cojoin(args: &[&str]) -> Output {
+    let cache = root().join("target/e2e-plugin-cache");
+    Command::new(cojoin_bin())
+        .args(args)
+        .env("COJOIN_CACHE_DIR", cache)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("running cojoin")
+}
