@@ -41,19 +41,24 @@ rust-plugins: wasm-target
 	  || cp plugins/rust/target/wasm32-wasip2/release/$$p.wasm $(OUT)/$$p.wasm; done
 	@cmp -s $(OUT)/order_paid.wasm $(OUT)/order_paid_rust.wasm || cp $(OUT)/order_paid.wasm $(OUT)/order_paid_rust.wasm
 
-$(OUT)/order_paid_python.wasm: plugins/python/order_paid/app.py wit/plugin.wit $(COMPONENTIZE_PY)
+$(OUT)/%_python.wasm: plugins/python/%/app.py wit/plugin.wit $(COMPONENTIZE_PY)
 	@mkdir -p $(OUT)
-	$(COMPONENTIZE_PY) -d wit -w plugin componentize -p plugins/python/order_paid app -o $@.tmp
+	$(COMPONENTIZE_PY) -d wit -w plugin componentize -p plugins/python/$* app -o $@.tmp
 	@mv $@.tmp $@
 
 # componentize-js is called directly: `jco componentize` 1.35 cannot read the WIT path here.
 # `-d http -d fetch-event` keeps wasi:http out of the component's imports.
 $(OUT)/order_paid_js.wasm: plugins/js/order-paid.js wit/plugin.wit $(COMPONENTIZE_JS)
 	@mkdir -p $(OUT)
-	$(COMPONENTIZE_JS) plugins/js/order-paid.js --wit wit --world-name plugin -d http -d fetch-event -o $@.tmp
+	$(COMPONENTIZE_JS) $< --wit wit --world-name plugin -d http -d fetch-event -o $@.tmp
 	@mv $@.tmp $@
 
-plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm
+$(OUT)/noop_js.wasm: plugins/js/noop.js wit/plugin.wit $(COMPONENTIZE_JS)
+	@mkdir -p $(OUT)
+	$(COMPONENTIZE_JS) $< --wit wit --world-name plugin -d http -d fetch-event -o $@.tmp
+	@mv $@.tmp $@
+
+plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm $(OUT)/noop_python.wasm $(OUT)/noop_js.wasm
 
 # --- host ---------------------------------------------------------------------------------------
 host:

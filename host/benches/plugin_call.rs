@@ -69,7 +69,9 @@ fn main() {
     let plugins = [
         ("rust no-op", "noop.wasm", 200_000u32),
         ("rust order-paid", "order_paid_rust.wasm", 100_000),
+        ("python no-op", "noop_python.wasm", 50_000),
         ("python order-paid", "order_paid_python.wasm", 20_000),
+        ("js no-op", "noop_js.wasm", 50_000),
         ("js order-paid", "order_paid_js.wasm", 20_000),
     ];
     const RUNS: usize = 5;
@@ -77,6 +79,31 @@ fn main() {
         event("orders", "order-000123"),
         event("payments", "order-000123"),
     );
+
+    // For profilers: `COJOIN_BENCH_PROFILE=noop.wasm` only loops on that plugin for 5 s.
+    if let Ok(file) = std::env::var("COJOIN_BENCH_PROFILE") {
+        let registry = PluginRegistry::from_file(
+            engine(Some(cache.path().to_owned())),
+            &plugin_path(&file),
+            PluginLimits::default(),
+            vec![],
+        )
+        .unwrap();
+        let mut worker = registry.worker().unwrap();
+        let started = Instant::now();
+        let mut calls = 0u64;
+        while started.elapsed() < Duration::from_secs(5) {
+            for _ in 0..1000 {
+                std::hint::black_box(worker.on_match(&a.key, &a, &b).unwrap());
+            }
+            calls += 1000;
+        }
+        println!(
+            "{file}: {:.2} µs per call",
+            started.elapsed().as_secs_f64() * 1e6 / calls as f64
+        );
+        return;
+    }
 
     println!("## per-call cost of on-match (100-byte values, median of {RUNS} runs)\n");
     println!("| plugin | calls per run | per call (median) | min | max |");
