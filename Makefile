@@ -65,7 +65,7 @@ host:
 	$(CARGO) build --release -p cojoin
 
 demo: plugins host
-	@for lang in rust python js; do \
+	@export COJOIN_LOG=warn; for lang in rust python js; do \
 	  echo "== order_paid_$$lang.wasm: on-match(order, payment)"; \
 	  $(HOST) plugin call $(OUT)/order_paid_$$lang.wasm --a examples/events/order.json --b examples/events/payment.json || exit 1; \
 	  echo "== order_paid_$$lang.wasm: on-expire(order) — an order that was never paid"; \

@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //!
+//! - [`config`]: the TOML configuration, its defaults and validation (pure).
 //! - [`event`]: the records the join handles — pure data shared by every other module.
 //! - [`join`]: the pure join core — windowed state, record order within a task, offsets.
 //! - [`json`]: the JSON forms of events and outputs used by the command line.
@@ -9,6 +10,7 @@
 //!   It depends on `event` only; the Kafka side will not import it, nor it the Kafka side.
 //! - `main.rs`: the `cojoin` command line.
 
+pub mod config;
 pub mod event;
 pub mod join;
 pub mod json;

@@ -1,0 +1,457 @@
+//! The host's configuration file (TOML): every field documented with its default, unknown fields
+//! refused, and everything validated before anything connects. Pure: parsing and checks only.
+//!
+//! ```toml
+//! [kafka]
+//! bootstrap_servers = "localhost:9092"
+//! group_id = "orders-payments"
+//! # instance_id = "host-1"            # static membership: stable assignment across restarts
+//! [kafka.options]                     # raw librdkafka options, applied last
+//! "session.timeout.ms" = "6000"
+//!
+//! [join]
+//! left = "orders"
+//! right = "payments"
+//! kind = "left"                       # inner | left | outer
+//! window = "5m"
+//! grace = "30s"
+//!
+//! [plugin]
+//! path = "build/plugins/order_paid_python.wasm"
+//! failure = "dead-letter"             # dead-letter | halt
+//!
+//! [output]
+//! topic = "orders-paid"
+//! dead_letter_topic = "orders-payments-dlq"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::join::JoinKind;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("cannot read config file {path:?}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path:?}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config field `{field}`: {problem}; {fix}")]
+    Invalid {
+        field: &'static str,
+        problem: String,
+        fix: &'static str,
+    },
+}
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub kafka: KafkaConfig,
+    pub join: JoinConfig,
+    pub plugin: PluginConfig,
+    pub output: OutputConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Comma-separated `host:port` list. Required.
+    pub bootstrap_servers: String,
+    /// Consumer group shared by every host of this join. Required.
+    pub group_id: String,
+    /// Static membership (`group.instance.id`): a restarted host gets its tasks back without a
+    /// rebalance. Default: none.
+    #[serde(default)]
+    pub instance_id: Option<String>,
+    /// Raw librdkafka options, applied after cojoin's own (so they win). Default: none.
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    #[default]
+    Inner,
+    Left,
+    Outer,
+}
+
+impl From<Kind> for JoinKind {
+    fn from(kind: Kind) -> Self {
+        match kind {
+            Kind::Inner => JoinKind::Inner,
+            Kind::Left => JoinKind::Left,
+            Kind::Outer => JoinKind::Outer,
+        }
+    }
+}
+
+/// What to do with records the join cannot use.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordPolicy {
+    /// Count and log them, then skip.
+    Drop,
+    /// Count them and copy them to the dead-letter topic.
+    DeadLetter,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinConfig {
+    /// Left topic (`a` in `on-match`). Required.
+    pub left: String,
+    /// Right topic (`b` in `on-match`). Required; must differ from `left`.
+    pub right: String,
+    /// `inner`, `left` or `outer`. Default: `inner`.
+    #[serde(default)]
+    pub kind: Kind,
+    /// Largest timestamp difference of a matching pair, e.g. `"5m"`. Required.
+    #[serde(with = "duration")]
+    pub window: Duration,
+    /// How long past its window an event waits for out-of-order partners. Default: `"0s"`.
+    #[serde(default, with = "duration")]
+    pub grace: Duration,
+    /// How long a task waits for an empty partition before going on with the other
+    /// (Kafka Streams' `max.task.idle.ms`). Default: `"100ms"`.
+    #[serde(default = "default_max_idle", with = "duration")]
+    pub max_idle: Duration,
+    /// Records older than stream time − window − grace. Default: `dead-letter`.
+    #[serde(default = "dead_letter")]
+    pub late: RecordPolicy,
+    /// Records without a key, which cannot join. Default: `dead-letter`.
+    #[serde(default = "dead_letter")]
+    pub null_keys: RecordPolicy,
+    /// Records without a value. `join` passes them to the plugin with `value: none`.
+    /// Default: `join`.
+    #[serde(default)]
+    pub tombstones: TombstonePolicy,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum TombstonePolicy {
+    #[default]
+    Join,
+    Drop,
+    DeadLetter,
+}
+
+fn default_max_idle() -> Duration {
+    Duration::from_millis(100)
+}
+
+fn dead_letter() -> RecordPolicy {
+    RecordPolicy::DeadLetter
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailurePolicy {
+    /// Retry, then copy the inputs to the dead-letter topic with the error in headers.
+    #[default]
+    DeadLetter,
+    /// Retry, then stop the task (pause its partitions); other tasks keep running.
+    Halt,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginConfig {
+    /// The plugin component (`.wasm`). Required.
+    pub path: PathBuf,
+    /// Per-call deadline. Default: `"500ms"`.
+    #[serde(default = "default_deadline", with = "duration")]
+    pub deadline: Duration,
+    /// Memory cap per instance in MiB. Default: 256.
+    #[serde(default = "default_memory_mib")]
+    pub memory_mib: usize,
+    /// Fuel per call; turns fuel metering on. Default: none.
+    #[serde(default)]
+    pub fuel: Option<u64>,
+    /// After a failed call: `dead-letter` or `halt`. Default: `dead-letter`.
+    #[serde(default)]
+    pub failure: FailurePolicy,
+    /// Attempts after the first failed one. Default: 2.
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+    /// Wait before the first retry; doubles each time. Default: `"100ms"`.
+    #[serde(default = "default_backoff", with = "duration")]
+    pub backoff: Duration,
+    /// Passed to the plugin's `init`. Default: empty.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+fn default_deadline() -> Duration {
+    Duration::from_millis(500)
+}
+fn default_memory_mib() -> usize {
+    256
+}
+fn default_retries() -> u32 {
+    2
+}
+fn default_backoff() -> Duration {
+    Duration::from_millis(100)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    /// Topic for plugin records that name none. Required.
+    pub topic: String,
+    /// Topic for dead letters; required when any policy is `dead-letter`. Default: none.
+    #[serde(default)]
+    pub dead_letter_topic: Option<String>,
+}
+
+impl Config {
+    pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::new(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, problem: &str, fix| {
+            Err(ConfigError::Invalid {
+                field,
+                problem: problem.to_owned(),
+                fix,
+            })
+        };
+        if self.kafka.bootstrap_servers.trim().is_empty() {
+            return invalid(
+                "kafka.bootstrap_servers",
+                "is empty",
+                "give host:port of at least one broker",
+            );
+        }
+        if self.kafka.group_id.trim().is_empty() {
+            return invalid(
+                "kafka.group_id",
+                "is empty",
+                "name the consumer group all hosts of this join share",
+            );
+        }
+        for (field, topic) in [
+            ("join.left", &self.join.left),
+            ("join.right", &self.join.right),
+        ] {
+            if topic.trim().is_empty() {
+                return invalid(field, "is empty", "name the topic to join");
+            }
+        }
+        if self.join.left == self.join.right {
+            return invalid(
+                "join.right",
+                "is the same topic as join.left",
+                "join two different topics",
+            );
+        }
+        if self.join.window.is_zero() {
+            return invalid(
+                "join.window",
+                "is zero",
+                "give the largest timestamp difference of a match, e.g. \"5m\"",
+            );
+        }
+        if self.plugin.memory_mib == 0 {
+            return invalid(
+                "plugin.memory_mib",
+                "is zero",
+                "give a cap in MiB, e.g. 256",
+            );
+        }
+        if self.plugin.deadline.is_zero() {
+            return invalid(
+                "plugin.deadline",
+                "is zero",
+                "give a per-call deadline, e.g. \"500ms\"",
+            );
+        }
+        if self.output.topic.trim().is_empty() {
+            return invalid(
+                "output.topic",
+                "is empty",
+                "name the topic plugin records go to by default",
+            );
+        }
+        let dead_letters = self.join.late == RecordPolicy::DeadLetter
+            || self.join.null_keys == RecordPolicy::DeadLetter
+            || self.join.tombstones == TombstonePolicy::DeadLetter
+            || self.plugin.failure == FailurePolicy::DeadLetter;
+        if dead_letters && self.output.dead_letter_topic.is_none() {
+            return invalid(
+                "output.dead_letter_topic",
+                "is missing but a policy is dead-letter (the defaults for join.late, join.null_keys and plugin.failure are)",
+                "set output.dead_letter_topic, or set those policies to drop / halt",
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Durations as text: `"250ms"`, `"30s"`, `"5m"`, `"2h"`, or combinations such as `"1m30s"`.
+mod duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        parse(&text).map_err(serde::de::Error::custom)
+    }
+
+    pub fn parse(text: &str) -> Result<Duration, String> {
+        let bad = || {
+            format!("{text:?} is not a duration: write e.g. \"250ms\", \"30s\", \"5m\", \"1h30m\"")
+        };
+        let mut rest = text.trim();
+        if rest.is_empty() {
+            return Err(bad());
+        }
+        let mut total = Duration::ZERO;
+        while !rest.is_empty() {
+            let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+            let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+            rest = &rest[digits..];
+            let unit_len = rest
+                .find(|c: char| c.is_ascii_digit())
+                .unwrap_or(rest.len());
+            let ms = match &rest[..unit_len] {
+                "ms" => 1,
+                "s" => 1_000,
+                "m" => 60_000,
+                "h" => 3_600_000,
+                "d" => 86_400_000,
+                _ => return Err(bad()),
+            };
+            total += Duration::from_millis(n.checked_mul(ms).ok_or_else(bad)?);
+            rest = &rest[unit_len..];
+        }
+        Ok(total)
+    }
+
+    #[cfg(test)]
+    #[test]
+    fn durations_parse_and_nonsense_is_refused() {
+        assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(parse("5 minutes").is_err());
+        assert!(parse("10").is_err());
+        assert!(parse("").is_err());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [kafka]
+        bootstrap_servers = "localhost:9092"
+        group_id = "g"
+        [join]
+        left = "orders"
+        right = "payments"
+        window = "5m"
+        [plugin]
+        path = "p.wasm"
+        [output]
+        topic = "out"
+        dead_letter_topic = "dlq"
+    "#;
+
+    #[test]
+    fn a_minimal_file_gets_the_documented_defaults() {
+        let c = Config::parse(MINIMAL).unwrap();
+        assert_eq!(c.join.kind, Kind::Inner);
+        assert_eq!(c.join.grace, Duration::ZERO);
+        assert_eq!(c.join.max_idle, Duration::from_millis(100));
+        assert_eq!(c.join.late, RecordPolicy::DeadLetter);
+        assert_eq!(c.plugin.deadline, Duration::from_millis(500));
+        assert_eq!(c.plugin.memory_mib, 256);
+        assert_eq!(c.plugin.failure, FailurePolicy::DeadLetter);
+        assert_eq!(c.plugin.retries, 2);
+    }
+
+    #[test]
+    fn an_unknown_field_is_refused_by_name() {
+        let text = MINIMAL.replace("window = \"5m\"", "window = \"5m\"\nwindw = \"1s\"");
+        let err = Config::parse(&text).unwrap_err().to_string();
+        assert!(err.contains("windw"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_duration_names_the_value_and_the_form() {
+        let err = Config::parse(&MINIMAL.replace("\"5m\"", "\"5 minutes\""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("5 minutes") && err.contains("30s"), "{err}");
+    }
+
+    #[test]
+    fn joining_a_topic_with_itself_is_refused() {
+        let err = Config::parse(&MINIMAL.replace("\"payments\"", "\"orders\""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("join.right"), "{err}");
+    }
+
+    #[test]
+    fn dead_letter_policies_need_a_dead_letter_topic() {
+        let err = Config::parse(&MINIMAL.replace("dead_letter_topic = \"dlq\"", ""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("output.dead_letter_topic") && err.contains("drop / halt"),
+            "{err}"
+        );
+        let text = MINIMAL
+            .replace("dead_letter_topic = \"dlq\"", "")
+            .replace(
+                "window = \"5m\"",
+                "window = \"5m\"\nlate = \"drop\"\nnull_keys = \"drop\"",
+            )
+            .replace("path = \"p.wasm\"", "path = \"p.wasm\"\nfailure = \"halt\"");
+        Config::parse(&text).unwrap();
+    }
+
+    #[test]
+    fn a_missing_required_field_is_named() {
+        let err = Config::parse(&MINIMAL.replace("group_id = \"g\"", ""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("group_id"), "{err}");
+    }
+}
