@@ -6,6 +6,7 @@
 //! - [`event`]: the records the join handles — pure data shared by every other module.
 //! - [`join`]: the pure join core — windowed state, record order within a task, offsets.
 //! - [`json`]: the JSON forms of events and outputs used by the command line.
+//! - [`kafka`]: the Kafka side's pure parts — co-partitioning checks, producer partitioners.
 //! - [`plugin`]: the WebAssembly side — engine, sandbox, instances, hot-swap registry.
 //!   It depends on `event` only; the Kafka side will not import it, nor it the Kafka side.
 //! - `main.rs`: the `cojoin` command line.
@@ -14,4 +15,5 @@ pub mod config;
 pub mod event;
 pub mod join;
 pub mod json;
+pub mod kafka;
 pub mod plugin;
