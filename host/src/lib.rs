@@ -9,6 +9,8 @@
 //! - [`kafka`]: the Kafka side's pure parts — co-partitioning checks, producer partitioners.
 //! - [`plugin`]: the WebAssembly side — engine, sandbox, instances, hot-swap registry.
 //!   It depends on `event` only; the Kafka side will not import it, nor it the Kafka side.
+//! - [`task`]: `PartitionTask`, one co-partitioned task: join core + an action, emitting what to
+//!   produce and what to commit. Pure; the plugin is behind its `Action` trait.
 //! - `main.rs`: the `cojoin` command line.
 
 pub mod config;
@@ -17,3 +19,4 @@ pub mod join;
 pub mod json;
 pub mod kafka;
 pub mod plugin;
+pub mod task;

@@ -15,9 +15,16 @@ use std::collections::VecDeque;
 
 use crate::event::{Event, Side};
 
+/// A buffered record; `null_key` marks a record consumed without a key (its `key` is empty), which
+/// goes through the queue like any other so that offsets are processed in order.
+struct Queued {
+    event: Event,
+    null_key: bool,
+}
+
 pub struct TaskQueue {
-    left: VecDeque<Event>,
-    right: VecDeque<Event>,
+    left: VecDeque<Queued>,
+    right: VecDeque<Queued>,
     max_idle_ms: i64,
     /// When the task started waiting for an empty side.
     idle_since: Option<i64>,
@@ -59,8 +66,17 @@ impl TaskQueue {
     }
 
     pub fn push(&mut self, side: Side, event: Event) {
+        self.push_queued(side, event, false);
+    }
+
+    /// Buffers a record that had no key; [`TaskQueue::next_record`] hands it back marked.
+    pub fn push_null_key(&mut self, side: Side, event: Event) {
+        self.push_queued(side, event, true);
+    }
+
+    fn push_queued(&mut self, side: Side, event: Event, null_key: bool) {
         self.next_offset[ix(side)] = Some(event.offset + 1);
-        self.queue(side).push_back(event);
+        self.queue(side).push_back(Queued { event, null_key });
     }
 
     pub fn len(&self) -> usize {
@@ -73,17 +89,17 @@ impl TaskQueue {
 
     /// Smallest buffered offset of `side`: not yet processed, so not committable.
     pub fn first_offset(&self, side: Side) -> Option<i64> {
-        self.queue_ref(side).front().map(|e| e.offset)
+        self.queue_ref(side).front().map(|q| q.event.offset)
     }
 
-    fn queue(&mut self, side: Side) -> &mut VecDeque<Event> {
+    fn queue(&mut self, side: Side) -> &mut VecDeque<Queued> {
         match side {
             Side::Left => &mut self.left,
             Side::Right => &mut self.right,
         }
     }
 
-    fn queue_ref(&self, side: Side) -> &VecDeque<Event> {
+    fn queue_ref(&self, side: Side) -> &VecDeque<Queued> {
         match side {
             Side::Left => &self.left,
             Side::Right => &self.right,
@@ -101,18 +117,24 @@ impl TaskQueue {
     fn front_is_replay(&self, side: Side) -> bool {
         self.queue_ref(side)
             .front()
-            .is_some_and(|e| self.is_replay(side, e.offset))
+            .is_some_and(|q| self.is_replay(side, q.event.offset))
     }
 
     /// The next record to process, if one may be taken at `now_ms`.
     pub fn next(&mut self, now_ms: i64) -> Option<(Side, Event)> {
+        self.next_record(now_ms)
+            .map(|(side, event, _)| (side, event))
+    }
+
+    /// Like [`TaskQueue::next`], also saying whether the record had no key.
+    pub fn next_record(&mut self, now_ms: i64) -> Option<(Side, Event, bool)> {
         let side = self.choose(now_ms)?;
         self.idle_since = None;
-        let event = self
+        let q = self
             .queue(side)
             .pop_front()
             .expect("chosen side is non-empty");
-        Some((side, event))
+        Some((side, q.event, q.null_key))
     }
 
     fn choose(&mut self, now_ms: i64) -> Option<Side> {
@@ -150,8 +172,8 @@ impl TaskQueue {
 
     /// The side whose front record is older; the left side on a tie.
     fn older(&self) -> Side {
-        let l = self.left.front().map(|e| e.timestamp);
-        let r = self.right.front().map(|e| e.timestamp);
+        let l = self.left.front().map(|q| q.event.timestamp);
+        let r = self.right.front().map(|q| q.event.timestamp);
         match (l, r) {
             (Some(l), Some(r)) if r < l => Side::Right,
             _ => Side::Left,

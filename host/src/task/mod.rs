@@ -1,0 +1,373 @@
+//! `PartitionTask`: partition p of the left and of the right topic, joined — the unit of work that
+//! moves between hosts. It connects the pure join core with an [`Action`] (the plugin, behind a
+//! trait so this module stays free of wasmtime) and says what the I/O layer must do: records to
+//! produce, dead letters, and what to commit. No I/O of its own.
+//!
+//! The I/O layer's loop, per task: `push` consumed records; `run` to get a [`Batch`]; produce the
+//! batch and wait for every acknowledgement; `acknowledge` it; from time to time commit
+//! `commit_points`. Records count as processed only once their batch is acknowledged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
+use crate::event::{Event, OutputRecord, Side};
+use crate::join::{
+    CommitPoint, JoinKind, JoinOutcome, JoinState, JoinWindow, ReplayBounds, TaskQueue,
+};
+
+/// A failed action call, as the dead-letter headers will describe it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActionFailure {
+    /// `plugin-error`, `timeout`, `memory`, `crash`, `unavailable`.
+    pub kind: &'static str,
+    pub message: String,
+}
+
+/// What the task calls for each match and expiry.
+pub trait Action {
+    fn on_match(
+        &mut self,
+        key: &[u8],
+        left: &Event,
+        right: &Event,
+    ) -> Result<Vec<OutputRecord>, ActionFailure>;
+    fn on_expire(
+        &mut self,
+        key: &[u8],
+        event: &Event,
+        side: Side,
+    ) -> Result<Vec<OutputRecord>, ActionFailure>;
+    /// The version now answering, for dead-letter headers.
+    fn version(&self) -> String;
+}
+
+/// How a task treats records it cannot use and calls that fail.
+#[derive(Clone, Debug)]
+pub struct TaskPolicy {
+    pub window: JoinWindow,
+    pub kind: JoinKind,
+    pub max_idle_ms: i64,
+    pub late: RecordPolicy,
+    pub null_keys: RecordPolicy,
+    pub tombstones: TombstonePolicy,
+    pub failure: FailurePolicy,
+    pub retries: u32,
+    pub backoff: Duration,
+}
+
+/// Why records went to the dead-letter topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeadLetterReason {
+    Late,
+    NullKey,
+    Tombstone,
+    /// The action failed on every attempt.
+    Failed {
+        failure: ActionFailure,
+        plugin_version: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct DeadLetter {
+    pub reason: DeadLetterReason,
+    /// The input records, to be copied with their topic, partition and offset in headers.
+    pub inputs: Vec<Arc<Event>>,
+}
+
+/// Something to produce.
+#[derive(Clone, Debug)]
+pub enum Emit {
+    /// A plugin record; `topic: None` goes to the default output topic.
+    Output(OutputRecord),
+    DeadLetter(DeadLetter),
+}
+
+/// What one `run` produced; acknowledge it once every emit is durable.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub emits: Vec<Emit>,
+    through: [Option<i64>; 2],
+}
+
+/// Counts per task, for metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskCounters {
+    pub records: u64,
+    pub matches: u64,
+    pub expiries: u64,
+    pub late: u64,
+    pub null_keys: u64,
+    pub tombstones: u64,
+    pub failed_calls: u64,
+    pub dead_lettered: u64,
+    /// Outcomes not acted on again because a previous owner had (replay).
+    pub suppressed: u64,
+}
+
+pub struct PartitionTask {
+    pub partition: i32,
+    policy: TaskPolicy,
+    queue: TaskQueue,
+    state: JoinState,
+    bounds: ReplayBounds,
+    /// Next offset to consume, per side.
+    next_offset: [i64; 2],
+    /// Highest offset whose batch was acknowledged, per side.
+    acknowledged: [Option<i64>; 2],
+    /// Highest offset processed into a batch not yet acknowledged, per side.
+    pending: [Option<i64>; 2],
+    /// First offset of the unacknowledged batch, per side: not committable yet.
+    pending_from: [Option<i64>; 2],
+    halted: Option<String>,
+    /// The points last handed out for commit; a halted task keeps committing these, since the
+    /// record it halted on may have changed the state without its outcome being acted on.
+    last_points: [CommitPoint; 2],
+    pub counters: TaskCounters,
+}
+
+fn ix(side: Side) -> usize {
+    match side {
+        Side::Left => 0,
+        Side::Right => 1,
+    }
+}
+
+impl PartitionTask {
+    /// A task starting from the committed points of its two partitions (offset and the
+    /// processed-through read back from commit metadata).
+    pub fn new(partition: i32, policy: TaskPolicy, start: [CommitPoint; 2]) -> Self {
+        let mut queue = TaskQueue::new(policy.max_idle_ms);
+        for side in [Side::Left, Side::Right] {
+            let p = start[ix(side)];
+            queue.set_replay(side, p.offset, p.processed_through);
+        }
+        PartitionTask {
+            partition,
+            state: JoinState::new(policy.window, policy.kind),
+            policy,
+            queue,
+            bounds: ReplayBounds {
+                left: start[0].processed_through,
+                right: start[1].processed_through,
+            },
+            next_offset: [start[0].offset, start[1].offset],
+            acknowledged: [start[0].processed_through, start[1].processed_through],
+            pending: [None, None],
+            pending_from: [None, None],
+            halted: None,
+            last_points: start,
+            counters: TaskCounters::default(),
+        }
+    }
+
+    /// Buffers a consumed record; `has_key: false` for a record without a key (its `key` empty).
+    pub fn push(&mut self, side: Side, event: Event, has_key: bool) {
+        self.next_offset[ix(side)] = event.offset + 1;
+        if has_key {
+            self.queue.push(side, event);
+        } else {
+            self.queue.push_null_key(side, event);
+        }
+    }
+
+    /// `Some(reason)` once the task stopped on a failure under the `halt` policy.
+    pub fn halted(&self) -> Option<&str> {
+        self.halted.as_deref()
+    }
+
+    /// Events and bytes held in the join state.
+    pub fn held(&self) -> (usize, usize) {
+        self.state.held()
+    }
+
+    /// Processes every record the queue allows at `now_ms`. `sleep` waits between retries.
+    pub fn run(
+        &mut self,
+        now_ms: i64,
+        action: &mut dyn Action,
+        sleep: &mut dyn FnMut(Duration),
+    ) -> Batch {
+        let mut batch = Batch::default();
+        let mut outcomes = Vec::new();
+        while self.halted.is_none() {
+            let Some((side, event, null_key)) = self.queue.next_record(now_ms) else {
+                break;
+            };
+            let offset = event.offset;
+            self.counters.records += 1;
+            let replay = self.queue.is_replay(side, offset);
+            if null_key {
+                self.counters.null_keys += 1;
+                if !replay {
+                    self.reject(
+                        &mut batch,
+                        self.policy.null_keys,
+                        DeadLetterReason::NullKey,
+                        event,
+                    );
+                }
+            } else if event.value.is_none() && self.policy.tombstones != TombstonePolicy::Join {
+                self.counters.tombstones += 1;
+                if !replay && self.policy.tombstones == TombstonePolicy::DeadLetter {
+                    self.reject(
+                        &mut batch,
+                        RecordPolicy::DeadLetter,
+                        DeadLetterReason::Tombstone,
+                        event,
+                    );
+                }
+            } else {
+                outcomes.clear();
+                self.state.insert(side, event, &mut outcomes);
+                for outcome in outcomes.drain(..) {
+                    if self.bounds.suppresses(side, offset, &outcome) {
+                        self.counters.suppressed += 1;
+                        continue;
+                    }
+                    self.act(&mut batch, outcome, action, sleep);
+                }
+            }
+            if self.halted.is_some() {
+                // The record it halted on is not processed: nothing after the last commit is.
+                break;
+            }
+            let i = ix(side);
+            self.pending[i] = Some(offset);
+            self.pending_from[i].get_or_insert(offset);
+            batch.through[i] = Some(offset);
+        }
+        batch
+    }
+
+    fn reject(
+        &mut self,
+        batch: &mut Batch,
+        policy: RecordPolicy,
+        reason: DeadLetterReason,
+        event: Event,
+    ) {
+        if policy == RecordPolicy::DeadLetter {
+            self.counters.dead_lettered += 1;
+            batch.emits.push(Emit::DeadLetter(DeadLetter {
+                reason,
+                inputs: vec![Arc::new(event)],
+            }));
+        }
+    }
+
+    fn act(
+        &mut self,
+        batch: &mut Batch,
+        outcome: JoinOutcome,
+        action: &mut dyn Action,
+        sleep: &mut dyn FnMut(Duration),
+    ) {
+        let (inputs, result) = match outcome {
+            JoinOutcome::Late { event, .. } => {
+                self.counters.late += 1;
+                let event = Arc::unwrap_or_clone(event);
+                self.reject(batch, self.policy.late, DeadLetterReason::Late, event);
+                return;
+            }
+            JoinOutcome::Match { left, right } => {
+                self.counters.matches += 1;
+                let result =
+                    self.with_retries(sleep, |a| a.on_match(&left.key, &left, &right), action);
+                (vec![left, right], result)
+            }
+            JoinOutcome::Expired { side, event } => {
+                self.counters.expiries += 1;
+                let result =
+                    self.with_retries(sleep, |a| a.on_expire(&event.key, &event, side), action);
+                (vec![event], result)
+            }
+        };
+        match result {
+            Ok(records) => batch.emits.extend(records.into_iter().map(Emit::Output)),
+            Err(failure) => match self.policy.failure {
+                FailurePolicy::DeadLetter => {
+                    self.counters.dead_lettered += inputs.len() as u64;
+                    batch.emits.push(Emit::DeadLetter(DeadLetter {
+                        reason: DeadLetterReason::Failed {
+                            failure,
+                            plugin_version: action.version(),
+                        },
+                        inputs,
+                    }));
+                }
+                FailurePolicy::Halt => {
+                    self.halted =
+                        Some(format!(
+                        "task {} halted: the plugin failed ({}) on key {:?} at offsets {:?}: {}",
+                        self.partition,
+                        failure.kind,
+                        String::from_utf8_lossy(&inputs[0].key),
+                        inputs.iter().map(|e| (e.topic.as_str(), e.offset)).collect::<Vec<_>>(),
+                        failure.message
+                    ));
+                }
+            },
+        }
+    }
+
+    fn with_retries(
+        &mut self,
+        sleep: &mut dyn FnMut(Duration),
+        mut call: impl FnMut(&mut dyn Action) -> Result<Vec<OutputRecord>, ActionFailure>,
+        action: &mut dyn Action,
+    ) -> Result<Vec<OutputRecord>, ActionFailure> {
+        let mut backoff = self.policy.backoff;
+        let mut attempt = 0;
+        loop {
+            match call(action) {
+                Ok(records) => return Ok(records),
+                Err(failure) => {
+                    self.counters.failed_calls += 1;
+                    if attempt >= self.policy.retries {
+                        return Err(failure);
+                    }
+                    attempt += 1;
+                    sleep(backoff);
+                    backoff = backoff.saturating_mul(2);
+                }
+            }
+        }
+    }
+
+    /// The batch's emits are durable: its records now count as processed.
+    pub fn acknowledge(&mut self, batch: Batch) {
+        for i in 0..2 {
+            if let Some(through) = batch.through[i] {
+                self.acknowledged[i] = self.acknowledged[i].max(Some(through));
+                if self.pending[i] == Some(through) {
+                    self.pending[i] = None;
+                    self.pending_from[i] = None;
+                }
+            }
+        }
+    }
+
+    /// What to commit for the left and the right partition now.
+    pub fn commit_points(&mut self) -> [CommitPoint; 2] {
+        if self.halted.is_some() {
+            return self.last_points;
+        }
+        self.last_points = [Side::Left, Side::Right].map(|side| {
+            let i = ix(side);
+            let needed = self
+                .state
+                .needed_offsets()
+                .filter(|(s, _)| *s == side)
+                .map(|(_, o)| o)
+                .chain(self.queue.first_offset(side))
+                .chain(self.pending_from[i]);
+            CommitPoint::new(self.next_offset[i], needed, self.acknowledged[i])
+        });
+        self.last_points
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,267 @@
+use std::time::Duration;
+
+use super::*;
+use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
+
+/// Records its calls; fails on keys starting with "bad".
+#[derive(Default)]
+struct FakePlugin {
+    calls: Vec<String>,
+}
+
+impl Action for FakePlugin {
+    fn on_match(
+        &mut self,
+        key: &[u8],
+        left: &Event,
+        right: &Event,
+    ) -> Result<Vec<OutputRecord>, ActionFailure> {
+        let k = String::from_utf8_lossy(key).into_owned();
+        self.calls
+            .push(format!("match {k} {}+{}", left.offset, right.offset));
+        if k.starts_with("bad") {
+            return Err(ActionFailure {
+                kind: "crash",
+                message: "boom".into(),
+            });
+        }
+        Ok(vec![OutputRecord {
+            topic: None,
+            key: Some(key.to_vec()),
+            value: Some(b"paid".to_vec()),
+            headers: vec![],
+        }])
+    }
+
+    fn on_expire(
+        &mut self,
+        key: &[u8],
+        event: &Event,
+        _side: Side,
+    ) -> Result<Vec<OutputRecord>, ActionFailure> {
+        self.calls.push(format!(
+            "expire {} {}",
+            String::from_utf8_lossy(key),
+            event.offset
+        ));
+        Ok(vec![OutputRecord {
+            topic: None,
+            key: Some(key.to_vec()),
+            value: Some(b"unpaid".to_vec()),
+            headers: vec![],
+        }])
+    }
+
+    fn version(&self) -> String {
+        "fake@1".into()
+    }
+}
+
+fn policy() -> TaskPolicy {
+    TaskPolicy {
+        window: JoinWindow {
+            window_ms: 10,
+            grace_ms: 0,
+        },
+        kind: JoinKind::Left,
+        max_idle_ms: 0,
+        late: RecordPolicy::DeadLetter,
+        null_keys: RecordPolicy::DeadLetter,
+        tombstones: TombstonePolicy::Drop,
+        failure: FailurePolicy::DeadLetter,
+        retries: 2,
+        backoff: Duration::from_millis(100),
+    }
+}
+
+fn ev(side: Side, offset: i64, key: &str, ts: i64) -> Event {
+    Event {
+        topic: format!("{side:?}").to_lowercase(),
+        partition: 0,
+        offset,
+        timestamp: ts,
+        key: key.as_bytes().to_vec(),
+        value: Some(b"v".to_vec()),
+        headers: vec![],
+    }
+}
+
+const FRESH: [CommitPoint; 2] = [CommitPoint {
+    offset: 0,
+    processed_through: None,
+}; 2];
+
+fn values(batch: &Batch) -> Vec<String> {
+    batch
+        .emits
+        .iter()
+        .map(|e| match e {
+            Emit::Output(r) => format!(
+                "out {}",
+                String::from_utf8_lossy(r.value.as_deref().unwrap())
+            ),
+            Emit::DeadLetter(d) => format!(
+                "dlq {:?} {:?}",
+                d.reason,
+                d.inputs.iter().map(|e| e.offset).collect::<Vec<_>>()
+            ),
+        })
+        .collect()
+}
+
+#[test]
+fn a_match_is_produced_and_counts_as_processed_once_acknowledged() {
+    let mut task = PartitionTask::new(0, policy(), FRESH);
+    let mut plugin = FakePlugin::default();
+    task.push(Side::Left, ev(Side::Left, 0, "o1", 100), true);
+    task.push(Side::Right, ev(Side::Right, 0, "o1", 105), true);
+    let batch = task.run(0, &mut plugin, &mut |_| {});
+    assert_eq!(values(&batch), ["out paid"]);
+    // Not acknowledged yet: nothing may be committed past the records.
+    assert_eq!(
+        task.commit_points()
+            .map(|p| (p.offset, p.processed_through)),
+        [(0, None), (0, None)]
+    );
+    task.acknowledge(batch);
+    // Acknowledged, but both events are still held in their window: commit stays at them, and
+    // processed-through says a restart must not act on them again.
+    assert_eq!(
+        task.commit_points()
+            .map(|p| (p.offset, p.processed_through)),
+        [(0, Some(0)), (0, Some(0))]
+    );
+}
+
+#[test]
+fn a_failing_call_is_retried_with_backoff_then_dead_lettered_and_the_rest_goes_on() {
+    let mut task = PartitionTask::new(0, policy(), FRESH);
+    let mut plugin = FakePlugin::default();
+    task.push(Side::Left, ev(Side::Left, 0, "bad1", 100), true);
+    task.push(Side::Right, ev(Side::Right, 0, "bad1", 101), true);
+    task.push(Side::Left, ev(Side::Left, 1, "ok", 102), true);
+    task.push(Side::Right, ev(Side::Right, 1, "ok", 103), true);
+    let mut sleeps = Vec::new();
+    let batch = task.run(0, &mut plugin, &mut |d| sleeps.push(d));
+    assert_eq!(
+        sleeps,
+        [Duration::from_millis(100), Duration::from_millis(200)]
+    );
+    assert_eq!(
+        plugin
+            .calls
+            .iter()
+            .filter(|c| c.starts_with("match bad1"))
+            .count(),
+        3
+    );
+    let v = values(&batch);
+    assert!(
+        v[0].starts_with("dlq Failed") && v[0].contains("fake@1") && v[0].ends_with("[0, 0]"),
+        "{v:?}"
+    );
+    assert_eq!(v[1], "out paid");
+    assert_eq!(task.counters.failed_calls, 3);
+    assert_eq!(task.counters.dead_lettered, 2);
+}
+
+#[test]
+fn under_halt_a_failure_stops_the_task_and_freezes_its_commit_points() {
+    let mut task = PartitionTask::new(
+        3,
+        TaskPolicy {
+            failure: FailurePolicy::Halt,
+            retries: 0,
+            ..policy()
+        },
+        FRESH,
+    );
+    let mut plugin = FakePlugin::default();
+    task.push(Side::Left, ev(Side::Left, 0, "ok", 100), true);
+    task.push(Side::Right, ev(Side::Right, 0, "ok", 101), true);
+    let batch = task.run(0, &mut plugin, &mut |_| {});
+    task.acknowledge(batch);
+    let before = task.commit_points();
+    task.push(Side::Left, ev(Side::Left, 1, "bad2", 102), true);
+    task.push(Side::Right, ev(Side::Right, 1, "bad2", 103), true);
+    task.push(Side::Left, ev(Side::Left, 2, "later", 104), true);
+    let batch = task.run(0, &mut plugin, &mut |_| {});
+    assert!(batch.emits.is_empty());
+    let reason = task.halted().expect("halted");
+    assert!(
+        reason.contains("task 3 halted") && reason.contains("bad2") && reason.contains("boom"),
+        "{reason}"
+    );
+    task.acknowledge(batch);
+    assert_eq!(task.commit_points(), before);
+    assert!(!plugin.calls.iter().any(|c| c.contains("later")));
+}
+
+#[test]
+fn null_keys_and_late_records_are_dead_lettered_and_tombstones_dropped_by_policy() {
+    let mut task = PartitionTask::new(0, policy(), FRESH);
+    let mut plugin = FakePlugin::default();
+    task.push(Side::Left, ev(Side::Left, 0, "", 100), false);
+    task.push(Side::Right, ev(Side::Right, 0, "k", 200), true);
+    task.push(Side::Right, ev(Side::Right, 1, "k", 150), true); // late: 150 < 200 - 10
+    let mut tomb = ev(Side::Left, 1, "k", 201);
+    tomb.value = None;
+    task.push(Side::Left, tomb, true);
+    let batch = task.run(0, &mut plugin, &mut |_| {});
+    assert_eq!(values(&batch), ["dlq NullKey [0]", "dlq Late [1]"]);
+    assert_eq!(
+        (
+            task.counters.null_keys,
+            task.counters.late,
+            task.counters.tombstones
+        ),
+        (1, 1, 1)
+    );
+    assert!(plugin.calls.is_empty(), "{:?}", plugin.calls);
+}
+
+#[test]
+fn expiries_are_acted_on_once_the_window_closes() {
+    let mut task = PartitionTask::new(0, policy(), FRESH);
+    let mut plugin = FakePlugin::default();
+    task.push(Side::Left, ev(Side::Left, 0, "unpaid", 100), true);
+    task.push(Side::Right, ev(Side::Right, 0, "other", 111), true);
+    let batch = task.run(0, &mut plugin, &mut |_| {});
+    assert_eq!(values(&batch), ["out unpaid"]);
+    assert_eq!(plugin.calls, ["expire unpaid 0"]);
+}
+
+#[test]
+fn a_new_owner_rebuilds_state_from_replay_without_acting_twice() {
+    let mut first = PartitionTask::new(0, policy(), FRESH);
+    let mut plugin = FakePlugin::default();
+    let input = [
+        (Side::Left, ev(Side::Left, 0, "a", 100)),
+        (Side::Right, ev(Side::Right, 0, "a", 104)),
+        (Side::Left, ev(Side::Left, 1, "b", 106)),
+    ];
+    for (side, e) in &input {
+        first.push(*side, e.clone(), true);
+    }
+    let batch = first.run(0, &mut plugin, &mut |_| {});
+    first.acknowledge(batch);
+    let committed = first.commit_points();
+
+    // The new owner reads from the committed offsets; a late partner for "b" arrives after.
+    let mut second = PartitionTask::new(0, policy(), committed);
+    let mut plugin2 = FakePlugin::default();
+    for (side, e) in &input {
+        if e.offset >= committed[ix(*side)].offset {
+            second.push(*side, e.clone(), true);
+        }
+    }
+    second.push(Side::Right, ev(Side::Right, 1, "b", 108), true);
+    let batch = second.run(0, &mut plugin2, &mut |_| {});
+    assert_eq!(
+        plugin2.calls,
+        ["match b 1+1"],
+        "the match of a must not run again"
+    );
+    assert_eq!(values(&batch), ["out paid"]);
+    assert_eq!(second.counters.suppressed, 1);
+}
