@@ -20,3 +20,4 @@ pub mod json;
 pub mod kafka;
 pub mod plugin;
 pub mod task;
+pub mod worker;

@@ -45,6 +45,21 @@ enum PluginCommand {
     /// With --a and --b: on-match(key of a, a, b). With only --a: on-expire of a left event; with
     /// only --b: on-expire of a right event.
     Call(CallArgs),
+    /// Run a recorded stream through the real matcher and plugin, without Kafka, and print what
+    /// would be produced (JSON lines; dead letters carry "dead_letter"). A summary goes to stderr.
+    Test(TestArgs),
+}
+
+#[derive(Args)]
+struct TestArgs {
+    /// The plugin component (.wasm); overrides plugin.path of the config.
+    plugin: PathBuf,
+    /// The host config (join topics, window, policies, plugin limits).
+    #[arg(long)]
+    config: PathBuf,
+    /// Events as JSON lines, each with the topic (join.left or join.right) and partition.
+    #[arg(long)]
+    events: PathBuf,
 }
 
 #[derive(Args)]
@@ -108,6 +123,7 @@ fn init_logging(format: LogFormat) {
 fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Plugin(PluginCommand::Call(args)) => plugin_call(args),
+        Command::Plugin(PluginCommand::Test(args)) => plugin_test(args),
     }
 }
 
@@ -186,4 +202,76 @@ fn plugin_call(args: CallArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(4))
         }
     }
+}
+
+fn plugin_test(args: TestArgs) -> Result<ExitCode> {
+    use cojoin::task::{DeadLetterReason, Emit};
+
+    let config = cojoin::config::Config::from_file(&args.config)?;
+    let events = std::fs::read_to_string(&args.events)
+        .with_context(|| format!("cannot read events file {:?}", args.events))?;
+    let limits = PluginLimits {
+        deadline: config.plugin.deadline,
+        memory_bytes: config.plugin.memory_mib << 20,
+        fuel: config.plugin.fuel,
+        ..PluginLimits::default()
+    };
+    let engine = PluginEngine::new(EngineOptions {
+        cache_dir: default_cache_dir(),
+        fuel: config.plugin.fuel.is_some(),
+        ..EngineOptions::default()
+    })?;
+    let plugin_config = config.plugin.config.clone().into_iter().collect();
+    let registry = PluginRegistry::from_file(engine, &args.plugin, limits, plugin_config)?;
+    let mut worker = registry.worker()?;
+    let result = cojoin::worker::replay::replay(&config, &events, &mut worker)
+        .with_context(|| format!("events file {:?}", args.events))?;
+    let dlq = config.output.dead_letter_topic.clone();
+    for emit in &result.emits {
+        let line = match emit {
+            Emit::Output(record) => {
+                let mut v = output_to_json(record);
+                if record.topic.is_none() {
+                    v["topic"] = serde_json::json!(config.output.topic);
+                }
+                v
+            }
+            Emit::DeadLetter(d) => {
+                let (reason, error) = match &d.reason {
+                    DeadLetterReason::Late => ("late", None),
+                    DeadLetterReason::NullKey => ("null-key", None),
+                    DeadLetterReason::Tombstone => ("tombstone", None),
+                    DeadLetterReason::Failed {
+                        failure,
+                        plugin_version,
+                    } => (
+                        failure.kind,
+                        Some(
+                            serde_json::json!({"message": failure.message, "plugin": plugin_version}),
+                        ),
+                    ),
+                };
+                let inputs: Vec<_> = d
+                    .inputs
+                    .iter()
+                    .map(|e| serde_json::json!({"topic": e.topic, "partition": e.partition, "offset": e.offset}))
+                    .collect();
+                serde_json::json!({"dead_letter": reason, "topic": dlq, "error": error, "inputs": inputs})
+            }
+        };
+        println!("{line}");
+    }
+    let c = &result.counters;
+    eprintln!(
+        "records {}, matches {}, expiries {}, late {}, null keys {}, tombstones {}, failed calls {}, dead-lettered {}",
+        c.records, c.matches, c.expiries, c.late, c.null_keys, c.tombstones, c.failed_calls, c.dead_lettered
+    );
+    for reason in &result.halted {
+        eprintln!("{reason}");
+    }
+    Ok(if result.halted.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(4)
+    })
 }

@@ -177,6 +177,11 @@ impl PartitionTask {
         self.halted.as_deref()
     }
 
+    /// Records consumed but not processed yet.
+    pub fn buffered(&self) -> usize {
+        self.queue.len()
+    }
+
     /// Events and bytes held in the join state.
     pub fn held(&self) -> (usize, usize) {
         self.state.held()

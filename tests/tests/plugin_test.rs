@@ -1,0 +1,117 @@
+//! `cojoin plugin test`: a recorded stream through the real matcher and plugin, without Kafka.
+
+use cojoin_e2e::{cojoin, plugin, root};
+use serde_json::Value;
+
+fn run(wasm: &str, events: &str) -> (Vec<Value>, String, Option<i32>) {
+    let config = root().join("examples/orders-payments/cojoin.toml");
+    let wasm = plugin(wasm);
+    let out = cojoin(&[
+        "plugin",
+        "test",
+        wasm.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--events",
+        events,
+    ]);
+    let lines = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (
+        lines,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.code(),
+    )
+}
+
+fn body(line: &Value) -> Value {
+    serde_json::from_str(line["value"].as_str().unwrap()).unwrap()
+}
+
+#[test]
+fn the_example_stream_gives_paid_and_unpaid_orders_and_dead_letters_the_keyless_one() {
+    let events = root().join("examples/orders-payments/events.jsonl");
+    for lang in ["rust", "python"] {
+        let (lines, stderr, code) =
+            run(&format!("order_paid_{lang}.wasm"), events.to_str().unwrap());
+        assert_eq!(code, Some(0), "{stderr}");
+        let mut outcomes: Vec<(String, String)> = lines
+            .iter()
+            .filter(|l| l.get("dead_letter").is_none())
+            .map(|l| {
+                assert_eq!(l["topic"], "orders-paid");
+                let b = body(l);
+                (
+                    b["order_id"].as_str().unwrap().to_owned(),
+                    b["status"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        outcomes.sort();
+        assert_eq!(
+            outcomes,
+            [
+                ("order-1".into(), "paid".into()),
+                ("order-2".into(), "unpaid".into()),
+                ("order-3".into(), "paid".into())
+            ],
+            "{lang}"
+        );
+        let dead: Vec<_> = lines
+            .iter()
+            .filter(|l| l.get("dead_letter").is_some())
+            .collect();
+        assert_eq!(dead.len(), 1, "{lang}: {dead:?}");
+        assert_eq!(dead[0]["dead_letter"], "null-key");
+        assert_eq!(dead[0]["topic"], "orders-payments-dlq");
+        assert_eq!(dead[0]["inputs"][0]["offset"], 2);
+        assert!(
+            stderr.contains("records 7, matches 2, expiries 1"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn inputs_of_a_trapping_plugin_are_dead_lettered_with_the_error_and_the_rest_produced() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let mut text = String::new();
+    for (i, key) in ["ok-1", "panic-1", "ok-2", "error-1"].iter().enumerate() {
+        let ts = 1_764_680_400_000i64 + i as i64 * 1000;
+        text += &format!("{{\"topic\":\"orders\",\"offset\":{i},\"timestamp\":{ts},\"key\":\"{key}\",\"value\":\"o\"}}\n");
+        text += &format!("{{\"topic\":\"payments\",\"offset\":{i},\"timestamp\":{ts},\"key\":\"{key}\",\"value\":\"p\"}}\n");
+    }
+    std::fs::write(&events, text).unwrap();
+    let (lines, stderr, code) = run("misbehave.wasm", events.to_str().unwrap());
+    assert_eq!(code, Some(0), "{stderr}");
+    let produced: Vec<_> = lines.iter().filter_map(|l| l["value"].as_str()).collect();
+    assert_eq!(produced, ["ok ok-1", "ok ok-2"]);
+    let dead: Vec<(String, String)> = lines
+        .iter()
+        .filter(|l| l.get("dead_letter").is_some())
+        .map(|l| {
+            (
+                l["dead_letter"].as_str().unwrap().to_owned(),
+                l["error"]["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(dead.len(), 2, "{lines:?}");
+    assert_eq!(dead[0].0, "crash");
+    assert_eq!(
+        dead[1],
+        (
+            "plugin-error".to_owned(),
+            "fixture error for key error-1".to_owned()
+        )
+    );
+    // Retried twice after the first failure (plugin.retries = 2): 3 failed calls per bad pair.
+    assert!(
+        stderr.contains("failed calls 6, dead-lettered 4"),
+        "{stderr}"
+    );
+}
