@@ -36,6 +36,13 @@ enum Command {
     /// Work with plugin components.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Run a host: join the consumer group, join the topics, call the plugin, produce, commit.
+    /// Ctrl-C / SIGTERM finishes the round, commits and leaves the group; a second one exits at once.
+    Run {
+        /// The host config (TOML); see examples/orders-payments/cojoin.toml.
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -124,6 +131,7 @@ fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Plugin(PluginCommand::Call(args)) => plugin_call(args),
         Command::Plugin(PluginCommand::Test(args)) => plugin_test(args),
+        Command::Run { config } => run_host(&config),
     }
 }
 
@@ -204,12 +212,13 @@ fn plugin_call(args: CallArgs) -> Result<ExitCode> {
     }
 }
 
-fn plugin_test(args: TestArgs) -> Result<ExitCode> {
-    use cojoin::task::{DeadLetterReason, Emit};
-
-    let config = cojoin::config::Config::from_file(&args.config)?;
-    let events = std::fs::read_to_string(&args.events)
-        .with_context(|| format!("cannot read events file {:?}", args.events))?;
+/// Engine and registry for the plugin a config names; a relative plugin path is relative to the
+/// config file.
+fn load_plugin(
+    config: &cojoin::config::Config,
+    config_path: &std::path::Path,
+    wasm: Option<&std::path::Path>,
+) -> Result<std::sync::Arc<PluginRegistry>> {
     let limits = PluginLimits {
         deadline: config.plugin.deadline,
         memory_bytes: config.plugin.memory_mib << 20,
@@ -221,8 +230,46 @@ fn plugin_test(args: TestArgs) -> Result<ExitCode> {
         fuel: config.plugin.fuel.is_some(),
         ..EngineOptions::default()
     })?;
+    let path = match wasm {
+        Some(p) => p.to_owned(),
+        None => config_path
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join(&config.plugin.path),
+    };
     let plugin_config = config.plugin.config.clone().into_iter().collect();
-    let registry = PluginRegistry::from_file(engine, &args.plugin, limits, plugin_config)?;
+    Ok(PluginRegistry::from_file(
+        engine,
+        &path,
+        limits,
+        plugin_config,
+    )?)
+}
+
+fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {
+    let config = cojoin::config::Config::from_file(config_path)?;
+    let registry = load_plugin(&config, config_path, None)?;
+    let shutdown = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = shutdown.clone();
+    ctrlc::set_handler(move || {
+        if flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            eprintln!("second signal: exiting at once (uncommitted work will be replayed)");
+            std::process::exit(130);
+        }
+        eprintln!("shutting down: finishing the round, committing, leaving the group");
+    })
+    .context("installing the signal handler")?;
+    cojoin::worker::run::Host::new(config, registry).run(&shutdown)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn plugin_test(args: TestArgs) -> Result<ExitCode> {
+    use cojoin::task::{DeadLetterReason, Emit};
+
+    let config = cojoin::config::Config::from_file(&args.config)?;
+    let events = std::fs::read_to_string(&args.events)
+        .with_context(|| format!("cannot read events file {:?}", args.events))?;
+    let registry = load_plugin(&config, &args.config, Some(&args.plugin))?;
     let mut worker = registry.worker()?;
     let result = cojoin::worker::replay::replay(&config, &events, &mut worker)
         .with_context(|| format!("events file {:?}", args.events))?;

@@ -4,6 +4,8 @@
 //!
 //! - [`action`]: the plugin as a task's `Action`.
 //! - [`replay`]: `cojoin plugin test` — a recorded stream through the real matcher and plugin.
+//! - [`run`]: `cojoin run` — the consumer, the tasks, the producer and the commits.
 
 pub mod action;
 pub mod replay;
+pub mod run;

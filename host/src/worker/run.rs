@@ -1,0 +1,521 @@
+//! `cojoin run`: one consumer subscribed to both joined topics with the range assignor, one
+//! `PartitionTask` per assigned partition number, the plugin, an idempotent producer for outputs and
+//! dead letters, and commits that never pass what a restart needs.
+//!
+//! Everything runs on the calling thread: poll, process, produce and wait for acknowledgements,
+//! then commit. Rebalance callbacks run inside `poll`, between processing rounds, so the commit
+//! points they commit on revoke are always consistent.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::config::Config;
+use crate::event::{Event, Side};
+use crate::join::CommitPoint;
+use crate::kafka::assignment;
+use crate::plugin::PluginRegistry;
+use crate::task::{DeadLetterReason, Emit, PartitionTask};
+use crate::worker::replay::task_policy;
+
+/// How often commit points are committed while running (also on revoke and shutdown).
+const COMMIT_INTERVAL: Duration = Duration::from_secs(1);
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the rebalance callbacks and the loop share. Locked only briefly, never across I/O other
+/// than the revoke commit (which must happen before the partitions go).
+#[derive(Default)]
+struct Shared {
+    points: HashMap<(String, i32), CommitPoint>,
+    assigned: Option<Vec<(String, i32)>>,
+    revoked: Vec<(String, i32)>,
+}
+
+struct JoinContext {
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl ClientContext for JoinContext {}
+
+fn commit_list(
+    points: impl IntoIterator<Item = ((String, i32), CommitPoint)>,
+) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), point) in points {
+        let mut elem = tpl.add_partition(&topic, partition);
+        let _ = elem.set_offset(Offset::Offset(point.offset));
+        elem.set_metadata(point.metadata());
+    }
+    tpl
+}
+
+impl ConsumerContext for JoinContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+            let revoked: Vec<(String, i32)> = tpl
+                .elements()
+                .iter()
+                .map(|e| (e.topic().to_owned(), e.partition()))
+                .collect();
+            let points = revoked
+                .iter()
+                .filter_map(|tp| shared.points.remove(tp).map(|p| (tp.clone(), p)));
+            let commit = commit_list(points);
+            if commit.count() > 0 {
+                match consumer.commit(&commit, CommitMode::Sync) {
+                    Ok(()) => tracing::info!(partitions = commit.count(), "committed on revoke"),
+                    Err(e) => {
+                        tracing::warn!("commit on revoke failed (the next owner replays more): {e}")
+                    }
+                }
+            }
+            shared.revoked.extend(revoked);
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                shared.assigned = Some(
+                    tpl.elements()
+                        .iter()
+                        .map(|e| (e.topic().to_owned(), e.partition()))
+                        .collect(),
+                );
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => tracing::error!("rebalance error: {e}"),
+        }
+    }
+}
+
+/// Counts deliveries that failed for good (after the idempotent producer's own retries).
+#[derive(Default)]
+struct DeliveryCount {
+    failed: AtomicU64,
+}
+
+impl ClientContext for DeliveryCount {}
+
+impl ProducerContext for DeliveryCount {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, m)) = result {
+            tracing::error!(topic = m.topic(), "output delivery failed: {e}");
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Counts a running host exposes (the admin API will export them).
+#[derive(Debug, Default)]
+pub struct HostStats {
+    pub consumed: AtomicU64,
+    pub produced: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub commits: AtomicU64,
+}
+
+pub struct Host {
+    config: Config,
+    registry: Arc<PluginRegistry>,
+    pub stats: Arc<HostStats>,
+}
+
+fn client_config(config: &Config) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &config.kafka.bootstrap_servers);
+    c
+}
+
+impl Host {
+    pub fn new(config: Config, registry: Arc<PluginRegistry>) -> Self {
+        Host {
+            config,
+            registry,
+            stats: Arc::default(),
+        }
+    }
+
+    /// Runs until `shutdown` is set; then finishes the round, commits and leaves the group.
+    pub fn run(&self, shutdown: &AtomicBool) -> Result<()> {
+        let cfg = &self.config;
+        let (left, right) = (cfg.join.left.as_str(), cfg.join.right.as_str());
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let mut consumer_config = client_config(cfg);
+        consumer_config
+            .set("group.id", &cfg.kafka.group_id)
+            .set("partition.assignment.strategy", "range")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest");
+        if let Some(id) = &cfg.kafka.instance_id {
+            consumer_config.set("group.instance.id", id);
+        }
+        let mut producer_config = client_config(cfg);
+        producer_config.set("enable.idempotence", "true");
+        for (k, v) in &cfg.kafka.options {
+            consumer_config.set(k, v);
+            producer_config.set(k, v);
+        }
+        let consumer: BaseConsumer<JoinContext> = consumer_config
+            .create_with_context(JoinContext {
+                shared: shared.clone(),
+            })
+            .context("creating the Kafka consumer (check [kafka] and [kafka.options])")?;
+        // Librdkafka warns about consumer-only options given to the producer; those are harmless.
+        let producer: BaseProducer<DeliveryCount> = producer_config
+            .create_with_context(DeliveryCount::default())
+            .context("creating the Kafka producer")?;
+
+        let counts = partition_counts(&consumer, &[left, right])?;
+        assignment::check_counts(left, counts[0], right, counts[1])?;
+        consumer
+            .subscribe(&[left, right])
+            .context("subscribing to the joined topics")?;
+        tracing::info!(left, right, partitions = counts[0], group = %cfg.kafka.group_id, "joining");
+
+        let policy = task_policy(cfg);
+        let mut worker = self.registry.worker()?;
+        let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();
+        let started = Instant::now();
+        let mut last_commit = Instant::now();
+        let mut sleep = |d: Duration| std::thread::sleep(d);
+
+        while !shutdown.load(Ordering::Relaxed) {
+            // Consume what is there (bounded), waiting at most 50 ms for the first record.
+            let mut polled = 0;
+            while polled < 10_000 {
+                let timeout = if polled == 0 {
+                    Duration::from_millis(50)
+                } else {
+                    Duration::ZERO
+                };
+                let Some(msg) = consumer.poll(timeout) else {
+                    break;
+                };
+                self.apply_rebalance(&shared, &consumer, &policy, &mut tasks)?;
+                match msg {
+                    Ok(m) => {
+                        polled += 1;
+                        self.stats.consumed.fetch_add(1, Ordering::Relaxed);
+                        let side = if m.topic() == left {
+                            Side::Left
+                        } else {
+                            Side::Right
+                        };
+                        if let Some(task) = tasks.get_mut(&m.partition()) {
+                            task.push(side, event_of(&m), m.key().is_some());
+                        }
+                    }
+                    Err(e) => tracing::warn!("consumer error: {e}"),
+                }
+            }
+            self.apply_rebalance(&shared, &consumer, &policy, &mut tasks)?;
+
+            let now = started.elapsed().as_millis() as i64;
+            for task in tasks.values_mut() {
+                if task.halted().is_some() {
+                    continue;
+                }
+                let batch = task.run(now, &mut worker, &mut sleep);
+                if !batch.emits.is_empty() {
+                    self.produce(&producer, &batch.emits)?;
+                }
+                task.acknowledge(batch);
+                if let Some(reason) = task.halted() {
+                    tracing::error!(
+                        "{reason}; pausing partition {} of {left} and {right}",
+                        task.partition
+                    );
+                    let mut tpl = TopicPartitionList::new();
+                    tpl.add_partition(left, task.partition);
+                    tpl.add_partition(right, task.partition);
+                    consumer.pause(&tpl).context("pausing a halted task")?;
+                }
+            }
+            self.publish_points(&shared, &mut tasks);
+            if last_commit.elapsed() >= COMMIT_INTERVAL {
+                self.commit(&consumer, &shared, CommitMode::Async);
+                last_commit = Instant::now();
+            }
+        }
+        self.publish_points(&shared, &mut tasks);
+        self.commit(&consumer, &shared, CommitMode::Sync);
+        consumer.unsubscribe();
+        tracing::info!("left the group");
+        Ok(())
+    }
+
+    /// Applies what the rebalance callbacks recorded: drops revoked tasks, starts assigned ones
+    /// from their committed offsets and processed-through metadata.
+    fn apply_rebalance(
+        &self,
+        shared: &Mutex<Shared>,
+        consumer: &BaseConsumer<JoinContext>,
+        policy: &crate::task::TaskPolicy,
+        tasks: &mut BTreeMap<i32, PartitionTask>,
+    ) -> Result<()> {
+        let (left, right) = (
+            self.config.join.left.as_str(),
+            self.config.join.right.as_str(),
+        );
+        let (revoked, assigned) = {
+            let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());
+            (std::mem::take(&mut s.revoked), s.assigned.take())
+        };
+        for (_, partition) in &revoked {
+            if tasks.remove(partition).is_some() {
+                tracing::info!(task = partition, "task revoked; its state is dropped");
+            }
+        }
+        let Some(assigned) = assigned else {
+            return Ok(());
+        };
+        let numbers =
+            assignment::tasks(left, right, assigned.iter().map(|(t, p)| (t.as_str(), *p)))?;
+        let new: Vec<i32> = numbers
+            .into_iter()
+            .filter(|p| !tasks.contains_key(p))
+            .collect();
+        let mut wanted = TopicPartitionList::new();
+        for &p in &new {
+            wanted.add_partition(left, p);
+            wanted.add_partition(right, p);
+        }
+        if wanted.count() == 0 {
+            return Ok(());
+        }
+        let committed = consumer
+            .committed_offsets(wanted, TIMEOUT)
+            .context("reading committed offsets of the new tasks")?;
+        let mut starts: HashMap<(String, i32), CommitPoint> = HashMap::new();
+        for e in committed.elements() {
+            let offset = match e.offset() {
+                Offset::Offset(o) => o,
+                _ => 0,
+            };
+            let point = CommitPoint {
+                offset,
+                processed_through: CommitPoint::parse_metadata(e.metadata()),
+            };
+            starts.insert((e.topic().to_owned(), e.partition()), point);
+        }
+        for p in new {
+            let start = [left, right].map(|t| {
+                starts
+                    .get(&(t.to_owned(), p))
+                    .copied()
+                    .unwrap_or(CommitPoint::new(0, [], None))
+            });
+            tracing::info!(task = p, left_offset = start[0].offset, right_offset = start[1].offset,
+                left_processed_through = ?start[0].processed_through, right_processed_through = ?start[1].processed_through,
+                "task assigned");
+            tasks.insert(p, PartitionTask::new(p, policy.clone(), start));
+        }
+        Ok(())
+    }
+
+    fn publish_points(&self, shared: &Mutex<Shared>, tasks: &mut BTreeMap<i32, PartitionTask>) {
+        let (left, right) = (&self.config.join.left, &self.config.join.right);
+        let mut s = shared.lock().unwrap_or_else(|e| e.into_inner());
+        for (p, task) in tasks.iter_mut() {
+            let [l, r] = task.commit_points();
+            s.points.insert((left.clone(), *p), l);
+            s.points.insert((right.clone(), *p), r);
+        }
+    }
+
+    fn commit(
+        &self,
+        consumer: &BaseConsumer<JoinContext>,
+        shared: &Mutex<Shared>,
+        mode: CommitMode,
+    ) {
+        let points: Vec<_> = {
+            let s = shared.lock().unwrap_or_else(|e| e.into_inner());
+            s.points.iter().map(|(k, v)| (k.clone(), *v)).collect()
+        };
+        if points.is_empty() {
+            return;
+        }
+        match consumer.commit(&commit_list(points), mode) {
+            Ok(()) => {
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!("commit failed (will retry; a restart would replay more): {e}")
+            }
+        }
+    }
+
+    /// Produces a batch and waits until every record is acknowledged.
+    fn produce(&self, producer: &BaseProducer<DeliveryCount>, emits: &[Emit]) -> Result<()> {
+        let out = &self.config.output;
+        let before = producer.context().failed.load(Ordering::Relaxed);
+        for emit in emits {
+            match emit {
+                Emit::Output(r) => {
+                    let topic = r.topic.as_deref().unwrap_or(&out.topic);
+                    let mut headers = OwnedHeaders::new();
+                    for h in &r.headers {
+                        headers = headers.insert(Header {
+                            key: &h.key,
+                            value: h.value.as_deref(),
+                        });
+                    }
+                    let mut record = BaseRecord::<[u8], [u8]>::to(topic).headers(headers);
+                    record.key = r.key.as_deref();
+                    record.payload = r.value.as_deref();
+                    send(producer, record)?;
+                    self.stats.produced.fetch_add(1, Ordering::Relaxed);
+                }
+                Emit::DeadLetter(d) => {
+                    let Some(dlq) = out.dead_letter_topic.as_deref() else {
+                        bail!("a dead letter has no topic: set output.dead_letter_topic");
+                    };
+                    for input in &d.inputs {
+                        let (kind, message, version) = match &d.reason {
+                            DeadLetterReason::Late => (
+                                "late",
+                                "older than stream time - window - grace".to_owned(),
+                                String::new(),
+                            ),
+                            DeadLetterReason::NullKey => (
+                                "null-key",
+                                "a record without a key cannot join".to_owned(),
+                                String::new(),
+                            ),
+                            DeadLetterReason::Tombstone => (
+                                "tombstone",
+                                "a record without a value (join.tombstones)".to_owned(),
+                                String::new(),
+                            ),
+                            DeadLetterReason::Failed {
+                                failure,
+                                plugin_version,
+                            } => (
+                                failure.kind,
+                                failure.message.clone(),
+                                plugin_version.clone(),
+                            ),
+                        };
+                        let (partition, offset, ts) = (
+                            input.partition.to_string(),
+                            input.offset.to_string(),
+                            input.timestamp.to_string(),
+                        );
+                        let mut headers = OwnedHeaders::new();
+                        for h in &input.headers {
+                            headers = headers.insert(Header {
+                                key: &h.key,
+                                value: h.value.as_deref(),
+                            });
+                        }
+                        for (k, v) in [
+                            ("cojoin.error.kind", kind),
+                            ("cojoin.error.message", message.as_str()),
+                            ("cojoin.plugin.version", version.as_str()),
+                            ("cojoin.source.topic", input.topic.as_str()),
+                            ("cojoin.source.partition", partition.as_str()),
+                            ("cojoin.source.offset", offset.as_str()),
+                            ("cojoin.source.timestamp", ts.as_str()),
+                        ] {
+                            headers = headers.insert(Header {
+                                key: k,
+                                value: Some(v.as_bytes()),
+                            });
+                        }
+                        let mut record = BaseRecord::<[u8], [u8]>::to(dlq).headers(headers);
+                        record.key = (!input.key.is_empty()).then_some(input.key.as_slice());
+                        record.payload = input.value.as_deref();
+                        send(producer, record)?;
+                        self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        producer
+            .flush(Duration::from_secs(60))
+            .context("outputs not acknowledged within 60 s; stopping without committing them")?;
+        if producer.context().failed.load(Ordering::Relaxed) != before {
+            bail!("some outputs could not be delivered; stopping without committing their inputs (a restart replays them)");
+        }
+        Ok(())
+    }
+}
+
+fn send<'a>(
+    producer: &BaseProducer<DeliveryCount>,
+    mut record: BaseRecord<'a, [u8], [u8]>,
+) -> Result<()> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((
+                rdkafka::error::KafkaError::MessageProduction(
+                    rdkafka::types::RDKafkaErrorCode::QueueFull,
+                ),
+                r,
+            )) => {
+                record = r;
+                producer.poll(Duration::from_millis(10));
+            }
+            Err((e, _)) => bail!("producing an output: {e}"),
+        }
+    }
+}
+
+fn partition_counts(
+    consumer: &BaseConsumer<JoinContext>,
+    topics: &[&str; 2],
+) -> Result<[usize; 2]> {
+    let mut counts = [0; 2];
+    for (i, topic) in topics.iter().enumerate() {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), TIMEOUT)
+            .with_context(|| {
+                format!("reading metadata of topic {topic:?} (is kafka.bootstrap_servers right?)")
+            })?;
+        counts[i] = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == *topic)
+            .filter(|t| t.error().is_none())
+            .map_or(0, |t| t.partitions().len());
+    }
+    Ok(counts)
+}
+
+fn event_of<M: Message>(m: &M) -> Event {
+    let headers = m
+        .headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| crate::event::Header {
+                    key: h.key.to_owned(),
+                    value: h.value.map(<[u8]>::to_vec),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Event {
+        topic: m.topic().to_owned(),
+        partition: m.partition(),
+        offset: m.offset(),
+        timestamp: m.timestamp().to_millis().unwrap_or(0),
+        key: m.key().map(<[u8]>::to_vec).unwrap_or_default(),
+        value: m.payload().map(<[u8]>::to_vec),
+        headers,
+    }
+}
