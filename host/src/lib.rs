@@ -11,6 +11,8 @@
 //!   It depends on `event` only; the Kafka side will not import it, nor it the Kafka side.
 //! - [`task`]: `PartitionTask`, one co-partitioned task: join core + an action, emitting what to
 //!   produce and what to commit. Pure; the plugin is behind its `Action` trait.
+//! - [`worker`]: where the two sides meet — the plugin as a task's action, the offline replay of
+//!   `cojoin plugin test`, and `cojoin run` (rdkafka consumer and producer around the tasks).
 //! - `main.rs`: the `cojoin` command line.
 
 pub mod config;
