@@ -8,19 +8,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cojoin::event::Event;
-use cojoin::plugin::{EngineOptions, PluginEngine, PluginLimits, PluginRegistry};
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::plugin_path;
 
-fn plugin_path(file: &str) -> PathBuf {
-    let dir = std::env::var_os("COJOIN_TEST_PLUGINS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build/plugins"));
-    let path = dir.join(file);
-    assert!(
-        path.exists(),
-        "{path:?} is missing: run `make plugins` first"
-    );
-    path
-}
+use cojoin::plugin::{EngineOptions, PluginEngine, PluginLimits, PluginRegistry};
 
 /// An event whose value is exactly 100 bytes of JSON.
 fn event(topic: &str, key: &str) -> Event {

@@ -15,22 +15,12 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::ClientConfig;
 
+#[path = "support/mod.rs"]
+mod support;
+use support::plugin_path;
+
 const BASE_TS: i64 = 1_764_680_400_000;
 const PARTITIONS: i32 = 4;
-
-fn plugin_path(file: &str) -> std::path::PathBuf {
-    let dir = std::env::var_os("COJOIN_TEST_PLUGINS")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build/plugins")
-        });
-    let path = dir.join(file);
-    assert!(
-        path.exists(),
-        "{path:?} is missing: run `make plugins` first"
-    );
-    path
-}
 
 fn config(bootstrap: &str, group: &str) -> Config {
     Config::parse(&format!(

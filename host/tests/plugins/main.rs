@@ -4,26 +4,17 @@
 mod languages;
 mod loading;
 mod sandbox;
+#[path = "../support/mod.rs"]
+mod support;
 mod swap;
+
+pub use support::plugin_path;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use cojoin::event::{Event, OutputRecord};
 use cojoin::plugin::{EngineOptions, PluginEngine, PluginLimits, PluginRegistry};
-
-/// A built plugin; refuses to run (rather than skip) when the plugins were not built.
-pub fn plugin_path(file: &str) -> PathBuf {
-    let dir = std::env::var_os("COJOIN_TEST_PLUGINS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build/plugins"));
-    let path = dir.join(file);
-    assert!(
-        path.exists(),
-        "{path:?} is missing: run `make plugins` (or `make test`) first"
-    );
-    path
-}
 
 pub fn cache_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache")
