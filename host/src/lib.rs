@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //!
+//! - [`check`]: `cojoin check` — broker, topics, co-partitioning, producer partitioners.
 //! - [`config`]: the TOML configuration, its defaults and validation (pure).
 //! - [`event`]: the records the join handles — pure data shared by every other module.
 //! - [`join`]: the pure join core — windowed state, record order within a task, offsets.
@@ -15,6 +16,7 @@
 //!   `cojoin plugin test`, and `cojoin run` (rdkafka consumer and producer around the tasks).
 //! - `main.rs`: the `cojoin` command line.
 
+pub mod check;
 pub mod config;
 pub mod event;
 pub mod join;

@@ -1,5 +1,6 @@
 //! The `cojoin` command line. Exit codes: 0 ok, 2 fatal (bad input, plugin cannot load),
-//! 3 the plugin returned an error, 4 the plugin trapped.
+//! 3 the plugin returned an error, 4 the plugin trapped (or a task halted); `check` exits 1 when
+//! it finds a problem.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,6 +43,16 @@ enum Command {
         /// The host config (TOML); see examples/orders-payments/cojoin.toml.
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Check a config before running: broker reachable, both topics with equal partition counts,
+    /// the plugin loads, and sampled keys sit in the same partition number in both topics.
+    /// Exits 1 when a problem is found.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+        /// Records to sample per topic.
+        #[arg(long, default_value_t = 10_000)]
+        sample: usize,
     },
 }
 
@@ -132,6 +143,7 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Plugin(PluginCommand::Call(args)) => plugin_call(args),
         Command::Plugin(PluginCommand::Test(args)) => plugin_test(args),
         Command::Run { config } => run_host(&config),
+        Command::Check { config, sample } => check(&config, sample),
     }
 }
 
@@ -244,6 +256,28 @@ fn load_plugin(
         limits,
         plugin_config,
     )?)
+}
+
+fn check(config_path: &std::path::Path, sample: usize) -> Result<ExitCode> {
+    let config = cojoin::config::Config::from_file(config_path)?;
+    println!("config {config_path:?}: valid");
+    let registry = load_plugin(&config, config_path, None)?;
+    println!(
+        "plugin {}: loads, init accepts its config",
+        registry.current().label
+    );
+    let report = cojoin::check::check(&config, sample)?;
+    for line in &report.lines {
+        println!("{line}");
+    }
+    for problem in &report.problems {
+        println!("PROBLEM: {problem}");
+    }
+    Ok(if report.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {

@@ -233,3 +233,94 @@ fn every_match_and_expiry_is_produced_once_across_a_graceful_restart() {
         "no duplicates after a graceful restart"
     );
 }
+
+fn producer_with(bootstrap: &str, partitioner: &str) -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("partitioner", partitioner)
+        .create()
+        .unwrap()
+}
+
+#[test]
+fn topics_with_different_partition_counts_are_refused_with_the_fix() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("orders", 6, 1).unwrap();
+    cluster.create_topic("payments", 4, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let config = config(&bootstrap, "unequal");
+
+    let report = cojoin::check::check(&config, 100).unwrap();
+    assert_eq!(report.problems.len(), 1, "{report:?}");
+    assert!(
+        report.problems[0]
+            .starts_with("topics not co-partitioned: orders has 6 partitions, payments has 4"),
+        "{report:?}"
+    );
+
+    let host = start_host(&bootstrap, "unequal");
+    let err = host.thread.join().unwrap().unwrap_err();
+    assert!(
+        format!("{err:#}").contains("orders has 6 partitions, payments has 4"),
+        "{err:#}"
+    );
+}
+
+#[test]
+fn check_finds_keys_that_producers_put_in_different_partitions() {
+    let cluster = MockCluster::new(1).unwrap();
+    for topic in ["orders", "payments"] {
+        cluster.create_topic(topic, PARTITIONS, 1).unwrap();
+    }
+    let bootstrap = cluster.bootstrap_servers();
+    // Orders from a Java-compatible producer, payments from librdkafka's default partitioner.
+    let java = producer_with(&bootstrap, "murmur2_random");
+    let rdkafka_default = producer_with(&bootstrap, "consistent_random");
+    for i in 0..100 {
+        let key = format!("order-{i}");
+        send(&java, "orders", &key, "{}", BASE_TS + i, None);
+        send(&rdkafka_default, "payments", &key, "{}", BASE_TS + i, None);
+    }
+    java.flush(Duration::from_secs(10)).unwrap();
+    rdkafka_default.flush(Duration::from_secs(10)).unwrap();
+
+    let report = cojoin::check::check(&config(&bootstrap, "check"), 1_000).unwrap();
+    let text = format!("{report:?}");
+    assert_eq!(report.problems.len(), 1, "{text}");
+    assert!(
+        report.problems[0].contains("different partition numbers"),
+        "{text}"
+    );
+    assert!(
+        report.problems[0].contains("partitioner=murmur2_random"),
+        "{text}"
+    );
+    assert!(
+        text.contains("orders: 100 keys sampled, partitioned by murmur2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("payments: 100 keys sampled, partitioned by CRC32"),
+        "{text}"
+    );
+}
+
+#[test]
+fn check_passes_when_both_producers_agree() {
+    let cluster = MockCluster::new(1).unwrap();
+    for topic in ["orders", "payments"] {
+        cluster.create_topic(topic, PARTITIONS, 1).unwrap();
+    }
+    let bootstrap = cluster.bootstrap_servers();
+    let p = producer(&bootstrap);
+    produce_orders(&p, 0, 40);
+    let report = cojoin::check::check(&config(&bootstrap, "check-ok"), 1_000).unwrap();
+    assert!(report.problems.is_empty(), "{report:?}");
+    assert!(
+        report
+            .lines
+            .iter()
+            .any(|l| l == "30 keys found in both topics, all in the same partition number"),
+        "{report:?}"
+    );
+}

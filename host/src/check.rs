@@ -1,0 +1,148 @@
+//! `cojoin check`: what can be known before running — the config, the broker, the two topics and
+//! their partition counts, the plugin, and whether the producers of both topics put the same key in
+//! the same partition number (sampled from the data).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::config::Config;
+use crate::kafka::assignment;
+use crate::kafka::partitioner::{self, Partitioner};
+
+/// What the check found; `problems` empty means the join can run.
+#[derive(Debug, Default)]
+pub struct CheckReport {
+    pub lines: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads up to `per_topic` keyed records from the start of each topic (all partitions).
+fn sample(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partitions: usize,
+    per_topic: usize,
+) -> Result<HashMap<Vec<u8>, i32>> {
+    let mut tpl = TopicPartitionList::new();
+    let mut remaining = 0usize;
+    for p in 0..partitions as i32 {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, TIMEOUT)
+            .with_context(|| format!("reading the offsets of {topic} partition {p}"))?;
+        if high > low {
+            tpl.add_partition_offset(topic, p, Offset::Offset(low))?;
+            remaining += (high - low) as usize;
+        }
+    }
+    let mut keys = HashMap::new();
+    if remaining == 0 {
+        return Ok(keys);
+    }
+    consumer.assign(&tpl)?;
+    let want = per_topic.min(remaining);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut read = 0;
+    while read < want && Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.with_context(|| format!("reading {topic}"))?;
+            read += 1;
+            if let Some(k) = m.key() {
+                keys.insert(k.to_vec(), m.partition());
+            }
+        }
+    }
+    consumer.unassign()?;
+    Ok(keys)
+}
+
+fn describe(p: &[Partitioner]) -> &'static str {
+    match p {
+        [Partitioner::Murmur2] => "murmur2 (Java default; librdkafka partitioner=murmur2_random)",
+        [Partitioner::Crc32] => "CRC32 (librdkafka default consistent_random)",
+        [] => "neither murmur2 nor CRC32 (a custom partitioner, or explicit partitions)",
+        _ => "undetermined (too few keys)",
+    }
+}
+
+pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
+    let mut report = CheckReport::default();
+    let (left, right) = (config.join.left.as_str(), config.join.right.as_str());
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", &config.kafka.bootstrap_servers);
+    client.set("group.id", format!("{}-check", config.kafka.group_id));
+    client.set("enable.auto.commit", "false");
+    for (k, v) in &config.kafka.options {
+        client.set(k, v);
+    }
+    let consumer: BaseConsumer = client.create().context("creating a Kafka client")?;
+    let metadata = consumer.fetch_metadata(None, TIMEOUT).with_context(|| {
+        format!(
+            "reaching the broker at {} (kafka.bootstrap_servers)",
+            config.kafka.bootstrap_servers
+        )
+    })?;
+    report.lines.push(format!(
+        "broker reached: {} broker(s)",
+        metadata.brokers().len()
+    ));
+    let count = |topic: &str| {
+        metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none())
+            .map_or(0, |t| t.partitions().len())
+    };
+    let (lc, rc) = (count(left), count(right));
+    report
+        .lines
+        .push(format!("{left}: {lc} partitions; {right}: {rc} partitions"));
+    if let Err(e) = assignment::check_counts(left, lc, right, rc) {
+        report.problems.push(e.to_string());
+        return Ok(report);
+    }
+
+    let l = sample(&consumer, left, lc, per_topic)?;
+    let r = sample(&consumer, right, rc, per_topic)?;
+    for (topic, keys) in [(left, &l), (right, &r)] {
+        let samples: Vec<(Vec<u8>, i32)> = keys.iter().map(|(k, p)| (k.clone(), *p)).collect();
+        let fits = partitioner::consistent_partitioners(&samples, lc);
+        report.lines.push(format!(
+            "{topic}: {} keys sampled, partitioned by {}",
+            keys.len(),
+            describe(&fits)
+        ));
+    }
+    let mismatched = partitioner::mismatched_keys(&l, &r);
+    if !mismatched.is_empty() {
+        let examples: Vec<String> = mismatched
+            .iter()
+            .take(5)
+            .map(|(k, lp, rp)| {
+                format!(
+                    "{:?} is in {left} partition {lp} but {right} partition {rp}",
+                    String::from_utf8_lossy(k)
+                )
+            })
+            .collect();
+        report.problems.push(format!(
+            "{} of the keys found in both topics sit in different partition numbers, so they can never join \
+             ({}). The producers use different partitioners: make librdkafka producers (confluent-kafka, Go, \
+             .NET, rdkafka) set partitioner=murmur2_random to match Java's default, then re-produce the data",
+            mismatched.len(),
+            examples.join("; ")
+        ));
+    } else {
+        let both = l.keys().filter(|k| r.contains_key(*k)).count();
+        report.lines.push(format!(
+            "{both} keys found in both topics, all in the same partition number"
+        ));
+    }
+    Ok(report)
+}
