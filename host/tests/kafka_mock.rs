@@ -324,3 +324,63 @@ fn check_passes_when_both_producers_agree() {
         "{report:?}"
     );
 }
+
+#[test]
+fn a_broker_outage_and_failing_requests_lose_no_match_or_expiry() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    let cluster = MockCluster::new(1).unwrap();
+    for topic in ["orders", "payments"] {
+        cluster.create_topic(topic, PARTITIONS, 1).unwrap();
+    }
+    cluster.create_topic("orders-paid", 1, 1).unwrap();
+    cluster.create_topic("dlq", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let p = producer(&bootstrap);
+    produce_orders(&p, 0, 100);
+    let host = start_host(&bootstrap, &format!("faults-{}", std::process::id()));
+    read_outputs(&bootstrap, |o| !o.is_empty());
+
+    // The broker goes away for 3 s, then produce and commit requests fail a few times each.
+    cluster.broker_down(1).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.broker_up(1).unwrap();
+    let timeout = RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT;
+    cluster.request_errors(RDKafkaApiKey::Produce, &[timeout; 3]);
+    cluster.request_errors(RDKafkaApiKey::OffsetCommit, &[timeout; 3]);
+
+    produce_orders(&p, 100, 200);
+    for partition in 0..PARTITIONS {
+        send(
+            &p,
+            "payments",
+            &format!("tick-{partition}"),
+            "{}",
+            BASE_TS + 10_000_000,
+            Some(partition),
+        );
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+    let outputs = read_outputs(&bootstrap, |o| {
+        o.iter().collect::<std::collections::HashSet<_>>().len() >= 200
+    });
+    host.stop();
+
+    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
+    for (order, status) in &outputs {
+        seen.entry(order.clone()).or_default().push(status.clone());
+    }
+    for i in 0..200 {
+        let want = if i % 4 == 0 { "unpaid" } else { "paid" };
+        let got = seen.get(&format!("order-{i}")).cloned().unwrap_or_default();
+        assert!(
+            !got.is_empty() && got.iter().all(|s| s == want),
+            "order-{i}: {got:?}"
+        );
+    }
+    eprintln!(
+        "outputs {}, duplicates {}",
+        outputs.len(),
+        outputs.len() - 200
+    );
+}
