@@ -166,8 +166,8 @@ fn read_outputs(
     out
 }
 
-#[test]
-fn every_match_and_expiry_is_produced_once_across_a_graceful_restart() {
+/// A mock cluster with the joined topics, the output topic and the dead-letter topic.
+fn join_cluster() -> (MockCluster<'static, DefaultProducerContext>, String) {
     let cluster = MockCluster::new(1).unwrap();
     for topic in ["orders", "payments"] {
         cluster.create_topic(topic, PARTITIONS, 1).unwrap();
@@ -175,6 +175,47 @@ fn every_match_and_expiry_is_produced_once_across_a_graceful_restart() {
     cluster.create_topic("orders-paid", 1, 1).unwrap();
     cluster.create_topic("dlq", 1, 1).unwrap();
     let bootstrap = cluster.bootstrap_servers();
+    (cluster, bootstrap)
+}
+
+/// One payment per partition far ahead in time, which closes every window.
+fn produce_ticks(p: &ThreadedProducer<DefaultProducerContext>) {
+    for partition in 0..PARTITIONS {
+        let key = format!("tick-{partition}");
+        send(
+            p,
+            "payments",
+            &key,
+            "{}",
+            BASE_TS + 10_000_000,
+            Some(partition),
+        );
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// Every order 0..200 reported with its status (unpaid for one in four), and nothing else.
+fn assert_every_order_reported(outputs: &[(String, String)]) {
+    let mut seen: HashMap<&str, Vec<&str>> = HashMap::new();
+    for (order, status) in outputs {
+        seen.entry(order).or_default().push(status);
+    }
+    for i in 0..200 {
+        let want = if i % 4 == 0 { "unpaid" } else { "paid" };
+        let got = seen
+            .remove(format!("order-{i}").as_str())
+            .unwrap_or_default();
+        assert!(
+            !got.is_empty() && got.iter().all(|s| *s == want),
+            "order-{i}: {got:?}"
+        );
+    }
+    assert!(seen.is_empty(), "unexpected outputs: {seen:?}");
+}
+
+#[test]
+fn every_match_and_expiry_is_produced_once_across_a_graceful_restart() {
+    let (_cluster, bootstrap) = join_cluster();
     let group = format!("cojoin-test-{}", std::process::id());
     let p = producer(&bootstrap);
 
@@ -192,17 +233,7 @@ fn every_match_and_expiry_is_produced_once_across_a_graceful_restart() {
     // payment per partition far ahead in time, which closes every window.
     let host = start_host(&bootstrap, &group);
     produce_orders(&p, 100, 200);
-    for partition in 0..PARTITIONS {
-        send(
-            &p,
-            "payments",
-            &format!("tick-{partition}"),
-            "{}",
-            BASE_TS + 10_000_000,
-            Some(partition),
-        );
-    }
-    p.flush(Duration::from_secs(10)).unwrap();
+    produce_ticks(&p);
     let outputs = read_outputs(&bootstrap, |o| {
         let distinct: std::collections::HashSet<_> = o.iter().collect();
         distinct.len() >= 200
@@ -215,18 +246,7 @@ fn every_match_and_expiry_is_produced_once_across_a_graceful_restart() {
     host.stop();
     eprintln!("stopped in {:?}", t.elapsed());
 
-    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
-    for (order, status) in &outputs_after {
-        seen.entry(order.clone()).or_default().push(status.clone());
-    }
-    for i in 0..200 {
-        let want = if i % 4 == 0 { "unpaid" } else { "paid" };
-        assert_eq!(
-            seen.get(&format!("order-{i}")).map(Vec::as_slice),
-            Some(&[want.to_owned()][..]),
-            "order-{i}"
-        );
-    }
+    assert_every_order_reported(&outputs_after);
     assert_eq!(
         outputs_after.len(),
         200,
@@ -329,13 +349,7 @@ fn check_passes_when_both_producers_agree() {
 fn a_broker_outage_and_failing_requests_lose_no_match_or_expiry() {
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
-    let cluster = MockCluster::new(1).unwrap();
-    for topic in ["orders", "payments"] {
-        cluster.create_topic(topic, PARTITIONS, 1).unwrap();
-    }
-    cluster.create_topic("orders-paid", 1, 1).unwrap();
-    cluster.create_topic("dlq", 1, 1).unwrap();
-    let bootstrap = cluster.bootstrap_servers();
+    let (cluster, bootstrap) = join_cluster();
     let p = producer(&bootstrap);
     produce_orders(&p, 0, 100);
     let host = start_host(&bootstrap, &format!("faults-{}", std::process::id()));
@@ -350,34 +364,13 @@ fn a_broker_outage_and_failing_requests_lose_no_match_or_expiry() {
     cluster.request_errors(RDKafkaApiKey::OffsetCommit, &[timeout; 3]);
 
     produce_orders(&p, 100, 200);
-    for partition in 0..PARTITIONS {
-        send(
-            &p,
-            "payments",
-            &format!("tick-{partition}"),
-            "{}",
-            BASE_TS + 10_000_000,
-            Some(partition),
-        );
-    }
-    p.flush(Duration::from_secs(30)).unwrap();
+    produce_ticks(&p);
     let outputs = read_outputs(&bootstrap, |o| {
         o.iter().collect::<std::collections::HashSet<_>>().len() >= 200
     });
     host.stop();
 
-    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
-    for (order, status) in &outputs {
-        seen.entry(order.clone()).or_default().push(status.clone());
-    }
-    for i in 0..200 {
-        let want = if i % 4 == 0 { "unpaid" } else { "paid" };
-        let got = seen.get(&format!("order-{i}")).cloned().unwrap_or_default();
-        assert!(
-            !got.is_empty() && got.iter().all(|s| s == want),
-            "order-{i}: {got:?}"
-        );
-    }
+    assert_every_order_reported(&outputs);
     eprintln!(
         "outputs {}, duplicates {}",
         outputs.len(),
