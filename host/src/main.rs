@@ -187,13 +187,8 @@ fn plugin_call(args: CallArgs) -> Result<ExitCode> {
         fuel: args.limits.fuel,
         ..PluginLimits::default()
     };
-    let engine = PluginEngine::new(EngineOptions {
-        cache_dir: args.limits.cache_dir.or_else(default_cache_dir),
-        fuel: args.limits.fuel.is_some(),
-        ..EngineOptions::default()
-    })?;
-    let registry =
-        PluginRegistry::from_file(engine, &args.plugin, limits, parse_config(&args.config)?)?;
+    let cache_dir = args.limits.cache_dir.or_else(default_cache_dir);
+    let registry = open_registry(&args.plugin, limits, cache_dir, parse_config(&args.config)?)?;
     let mut worker = registry.worker()?;
     let result = match (&a, &b) {
         (Some(a), Some(b)) => {
@@ -237,11 +232,6 @@ fn load_plugin(
         fuel: config.plugin.fuel,
         ..PluginLimits::default()
     };
-    let engine = PluginEngine::new(EngineOptions {
-        cache_dir: default_cache_dir(),
-        fuel: config.plugin.fuel.is_some(),
-        ..EngineOptions::default()
-    })?;
     let path = match wasm {
         Some(p) => p.to_owned(),
         None => config_path
@@ -250,12 +240,22 @@ fn load_plugin(
             .join(&config.plugin.path),
     };
     let plugin_config = config.plugin.config.clone().into_iter().collect();
-    Ok(PluginRegistry::from_file(
-        engine,
-        &path,
-        limits,
-        plugin_config,
-    )?)
+    open_registry(&path, limits, default_cache_dir(), plugin_config)
+}
+
+/// An engine (fuel metering on when the limits ask for fuel) and the plugin's registry.
+fn open_registry(
+    path: &std::path::Path,
+    limits: PluginLimits,
+    cache_dir: Option<PathBuf>,
+    config: Vec<(String, String)>,
+) -> Result<std::sync::Arc<PluginRegistry>> {
+    let engine = PluginEngine::new(EngineOptions {
+        cache_dir,
+        fuel: limits.fuel.is_some(),
+        ..EngineOptions::default()
+    })?;
+    Ok(PluginRegistry::from_file(engine, path, limits, config)?)
 }
 
 fn check(config_path: &std::path::Path, sample: usize) -> Result<ExitCode> {

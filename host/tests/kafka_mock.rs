@@ -288,11 +288,7 @@ fn topics_with_different_partition_counts_are_refused_with_the_fix() {
 
 #[test]
 fn check_finds_keys_that_producers_put_in_different_partitions() {
-    let cluster = MockCluster::new(1).unwrap();
-    for topic in ["orders", "payments"] {
-        cluster.create_topic(topic, PARTITIONS, 1).unwrap();
-    }
-    let bootstrap = cluster.bootstrap_servers();
+    let (_cluster, bootstrap) = join_cluster();
     // Orders from a Java-compatible producer, payments from librdkafka's default partitioner.
     let java = producer_with(&bootstrap, "murmur2_random");
     let rdkafka_default = producer_with(&bootstrap, "consistent_random");
@@ -327,11 +323,7 @@ fn check_finds_keys_that_producers_put_in_different_partitions() {
 
 #[test]
 fn check_passes_when_both_producers_agree() {
-    let cluster = MockCluster::new(1).unwrap();
-    for topic in ["orders", "payments"] {
-        cluster.create_topic(topic, PARTITIONS, 1).unwrap();
-    }
-    let bootstrap = cluster.bootstrap_servers();
+    let (_cluster, bootstrap) = join_cluster();
     let p = producer(&bootstrap);
     produce_orders(&p, 0, 40);
     let report = cojoin::check::check(&config(&bootstrap, "check-ok"), 1_000).unwrap();

@@ -106,6 +106,21 @@ pub struct TaskCounters {
     pub suppressed: u64,
 }
 
+impl TaskCounters {
+    /// Adds `other`'s counts to these (to sum over tasks).
+    pub fn add(&mut self, other: &TaskCounters) {
+        self.records += other.records;
+        self.matches += other.matches;
+        self.expiries += other.expiries;
+        self.late += other.late;
+        self.null_keys += other.null_keys;
+        self.tombstones += other.tombstones;
+        self.failed_calls += other.failed_calls;
+        self.dead_lettered += other.dead_lettered;
+        self.suppressed += other.suppressed;
+    }
+}
+
 pub struct PartitionTask {
     pub partition: i32,
     policy: TaskPolicy,

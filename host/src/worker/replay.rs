@@ -97,16 +97,7 @@ pub fn replay(
             task.acknowledge(batch);
             now += policy.max_idle_ms + 1;
         }
-        let c = &task.counters;
-        let sum = &mut result.counters;
-        sum.records += c.records;
-        sum.matches += c.matches;
-        sum.expiries += c.expiries;
-        sum.late += c.late;
-        sum.null_keys += c.null_keys;
-        sum.tombstones += c.tombstones;
-        sum.failed_calls += c.failed_calls;
-        sum.dead_lettered += c.dead_lettered;
+        result.counters.add(&task.counters);
         result.halted.extend(task.halted().map(str::to_owned));
     }
     Ok(result)

@@ -367,13 +367,7 @@ impl Host {
             match emit {
                 Emit::Output(r) => {
                     let topic = r.topic.as_deref().unwrap_or(&out.topic);
-                    let mut headers = OwnedHeaders::new();
-                    for h in &r.headers {
-                        headers = headers.insert(Header {
-                            key: &h.key,
-                            value: h.value.as_deref(),
-                        });
-                    }
+                    let headers = kafka_headers(&r.headers);
                     let mut record = BaseRecord::<[u8], [u8]>::to(topic).headers(headers);
                     record.key = r.key.as_deref();
                     record.payload = r.value.as_deref();
@@ -415,13 +409,7 @@ impl Host {
                             input.offset.to_string(),
                             input.timestamp.to_string(),
                         );
-                        let mut headers = OwnedHeaders::new();
-                        for h in &input.headers {
-                            headers = headers.insert(Header {
-                                key: &h.key,
-                                value: h.value.as_deref(),
-                            });
-                        }
+                        let mut headers = kafka_headers(&input.headers);
                         for (k, v) in [
                             ("cojoin.error.kind", kind),
                             ("cojoin.error.message", message.as_str()),
@@ -453,6 +441,15 @@ impl Host {
         }
         Ok(())
     }
+}
+
+fn kafka_headers(headers: &[crate::event::Header]) -> OwnedHeaders {
+    headers.iter().fold(OwnedHeaders::new(), |hs, h| {
+        hs.insert(Header {
+            key: &h.key,
+            value: h.value.as_deref(),
+        })
+    })
 }
 
 fn send<'a>(
