@@ -3,6 +3,7 @@
 #   make test    everything CI runs: plugins in three languages, then the test suite
 #   make bench   plugin call and load benchmarks (prints a table)
 #   make plugins build every plugin component into build/plugins/
+#   make tansu   install the tansu broker the end-to-end tests run (once)
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -14,8 +15,11 @@ COMPONENTIZE_JS := plugins/js/node_modules/.bin/componentize-js
 RUST_PLUGINS := order_paid noop misbehave not_a_plugin
 RUST_WASM := $(foreach p,$(RUST_PLUGINS),$(OUT)/$(p).wasm)
 HOST := target/release/cojoin
+# The Kafka-compatible broker the end-to-end tests start; installed once, ~17 min from cold.
+TANSU_VERSION := 0.6.0
+TANSU := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin/tansu
 
-.PHONY: all demo test bench plugins setup wasm-target host rust-plugins
+.PHONY: all demo test bench plugins setup wasm-target host rust-plugins tansu
 all: plugins host
 
 # --- toolchains ---------------------------------------------------------------------------------
@@ -31,7 +35,12 @@ $(COMPONENTIZE_JS): plugins/js/package.json plugins/js/package-lock.json
 	cd plugins/js && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-setup: wasm-target $(COMPONENTIZE_PY) $(COMPONENTIZE_JS)
+$(TANSU):
+	$(CARGO) install tansu --version $(TANSU_VERSION) --locked --features dynostore
+
+tansu: $(TANSU)
+
+setup: wasm-target $(COMPONENTIZE_PY) $(COMPONENTIZE_JS) $(TANSU)
 
 # --- plugins ------------------------------------------------------------------------------------
 rust-plugins: wasm-target
@@ -72,8 +81,9 @@ demo: plugins host
 	  $(HOST) plugin call $(OUT)/order_paid_$$lang.wasm --a examples/events/order.json || exit 1; \
 	done
 
-test: plugins
-	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) test --release --workspace --no-fail-fast 2>&1 | tee build/test.log; \
+test: plugins tansu
+	@mkdir -p build
+	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) TANSU_BIN=$(TANSU) $(CARGO) test --release --workspace --no-fail-fast 2>&1 | tee build/test.log; \
 	  status=$${PIPESTATUS[0]}; \
 	  echo "== test summary"; grep -E '^test result:' build/test.log | \
 	  awk '{p+=$$4; f+=$$6; i+=$$8} END {printf "passed %d, failed %d, ignored %d\n", p, f, i}'; \

@@ -1,5 +1,9 @@
 //! Helpers shared by the end-to-end suites in `tests/tests/`.
 
+pub mod broker;
+pub mod hosts;
+pub mod stream;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

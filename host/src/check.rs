@@ -24,6 +24,9 @@ pub struct CheckReport {
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Reads up to `per_topic` keyed records from the start of each topic (all partitions).
+/// No record for this long: the sampled topic has been read to its end.
+const QUIET: Duration = Duration::from_secs(2);
+
 fn sample(
     consumer: &BaseConsumer,
     topic: &str,
@@ -31,28 +34,29 @@ fn sample(
     per_topic: usize,
 ) -> Result<HashMap<Vec<u8>, i32>> {
     let mut tpl = TopicPartitionList::new();
-    let mut remaining = 0usize;
     for p in 0..partitions as i32 {
         let (low, high) = consumer
             .fetch_watermarks(topic, p, TIMEOUT)
             .with_context(|| format!("reading the offsets of {topic} partition {p}"))?;
         if high > low {
             tpl.add_partition_offset(topic, p, Offset::Offset(low))?;
-            remaining += (high - low) as usize;
         }
     }
     let mut keys = HashMap::new();
-    if remaining == 0 {
+    if tpl.count() == 0 {
         return Ok(keys);
     }
     consumer.assign(&tpl)?;
-    let want = per_topic.min(remaining);
+    // Read until the sample is full or the topic goes quiet. The watermarks only say whether a
+    // partition has data: some brokers (tansu 0.6) report a high watermark below the real end.
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last_record = Instant::now();
     let mut read = 0;
-    while read < want && Instant::now() < deadline {
+    while read < per_topic && Instant::now() < deadline && last_record.elapsed() < QUIET {
         if let Some(m) = consumer.poll(Duration::from_millis(100)) {
             let m = m.with_context(|| format!("reading {topic}"))?;
             read += 1;
+            last_record = Instant::now();
             if let Some(k) = m.key() {
                 keys.insert(k.to_vec(), m.partition());
             }

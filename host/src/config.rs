@@ -59,6 +59,41 @@ pub struct Config {
     pub join: JoinConfig,
     pub plugin: PluginConfig,
     pub output: OutputConfig,
+    /// Admin HTTP server. Default: on, loopback, port 9464.
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Serve `/metrics`, `/healthz`, `/readyz`, `/plugins`. Default: true.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Address to listen on; port 0 picks a free one (logged). Default: `"127.0.0.1:9464"`.
+    #[serde(default = "default_admin_bind")]
+    pub bind: String,
+    /// When set, every request but `/healthz` needs `Authorization: Bearer <token>`. Required when
+    /// `bind` is not a loopback address. Default: none.
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            enabled: true,
+            bind: default_admin_bind(),
+            token: None,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_admin_bind() -> String {
+    "127.0.0.1:9464".into()
 }
 
 #[derive(Debug, Deserialize)]
@@ -191,6 +226,10 @@ pub struct PluginConfig {
     /// Passed to the plugin's `init`. Default: empty.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+    /// Watch `path` and swap in a new file (written in place or renamed in) without a restart.
+    /// When `path` is a directory, its newest `.wasm` file is the plugin. Default: true.
+    #[serde(default = "yes")]
+    pub watch: bool,
 }
 
 fn default_deadline() -> Duration {
@@ -306,6 +345,22 @@ impl Config {
                 "name the topic plugin records go to by default",
             );
         }
+        if self.admin.enabled {
+            let Ok(addr) = self.admin.bind.parse::<std::net::SocketAddr>() else {
+                return invalid(
+                    "admin.bind",
+                    "is not an address",
+                    "give ip:port, e.g. \"127.0.0.1:9464\" (port 0 picks a free one)",
+                );
+            };
+            if !addr.ip().is_loopback() && self.admin.token.is_none() {
+                return invalid(
+                    "admin.token",
+                    "is missing but admin.bind is not a loopback address (anyone who reaches it could swap the plugin)",
+                    "set admin.token, or bind to 127.0.0.1",
+                );
+            }
+        }
         let dead_letters = self.join.late == RecordPolicy::DeadLetter
             || self.join.null_keys == RecordPolicy::DeadLetter
             || self.join.tombstones == TombstonePolicy::DeadLetter
@@ -403,6 +458,20 @@ mod tests {
         assert_eq!(c.plugin.memory_mib, 256);
         assert_eq!(c.plugin.failure, FailurePolicy::DeadLetter);
         assert_eq!(c.plugin.retries, 2);
+        assert!(c.plugin.watch);
+        assert!(c.admin.enabled);
+        assert_eq!(c.admin.bind, "127.0.0.1:9464");
+    }
+
+    #[test]
+    fn an_admin_server_off_loopback_needs_a_token() {
+        let open = format!("{MINIMAL}\n[admin]\nbind = \"0.0.0.0:9464\"\n");
+        let err = Config::parse(&open).unwrap_err().to_string();
+        assert!(err.contains("admin.token") && err.contains("bind to 127.0.0.1"), "{err}");
+        Config::parse(&format!("{open}token = \"s3cret\"\n")).unwrap();
+        let bad = format!("{MINIMAL}\n[admin]\nbind = \"localhost\"\n");
+        let err = Config::parse(&bad).unwrap_err().to_string();
+        assert!(err.contains("admin.bind") && err.contains("ip:port"), "{err}");
     }
 
     #[test]

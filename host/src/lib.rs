@@ -16,12 +16,15 @@
 //!   `cojoin plugin test`, and `cojoin run` (rdkafka consumer and producer around the tasks).
 //! - `main.rs`: the `cojoin` command line.
 
+pub mod admin;
 pub mod check;
 pub mod config;
 pub mod event;
+pub mod hotswap;
 pub mod join;
 pub mod json;
 pub mod kafka;
+pub mod metrics;
 pub mod plugin;
 pub mod task;
 pub mod worker;

@@ -234,13 +234,19 @@ fn load_plugin(
     };
     let path = match wasm {
         Some(p) => p.to_owned(),
-        None => config_path
-            .parent()
-            .unwrap_or(std::path::Path::new("."))
-            .join(&config.plugin.path),
+        None => cojoin::hotswap::resolve(&configured_plugin_path(config, config_path))
+            .with_context(|| format!("plugin.path {:?}", config.plugin.path))?,
     };
     let plugin_config = config.plugin.config.clone().into_iter().collect();
     open_registry(&path, limits, default_cache_dir(), plugin_config)
+}
+
+/// `plugin.path`, relative to the config file's directory.
+fn configured_plugin_path(config: &cojoin::config::Config, config_path: &std::path::Path) -> PathBuf {
+    config_path
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .join(&config.plugin.path)
 }
 
 /// An engine (fuel metering on when the limits ask for fuel) and the plugin's registry.
@@ -281,7 +287,7 @@ fn check(config_path: &std::path::Path, sample: usize) -> Result<ExitCode> {
 }
 
 fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {
-    let config = cojoin::config::Config::from_file(config_path)?;
+    let mut config = cojoin::config::Config::from_file(config_path)?;
     let registry = load_plugin(&config, config_path, None)?;
     let shutdown = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = shutdown.clone();
@@ -293,7 +299,35 @@ fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {
         eprintln!("shutting down: finishing the round, committing, leaving the group");
     })
     .context("installing the signal handler")?;
-    cojoin::worker::run::Host::new(config, registry).run(&shutdown)?;
+    let watched = configured_plugin_path(&config, config_path);
+    let watch = config.plugin.watch;
+    let admin_config = std::mem::take(&mut config.admin);
+    let host = cojoin::worker::run::Host::new(config, registry.clone());
+    let _admin = if admin_config.enabled {
+        let server = cojoin::admin::AdminServer::start(
+            &admin_config,
+            cojoin::admin::AdminState {
+                metrics: host.metrics.clone(),
+                registry: registry.clone(),
+                heartbeat_ms: host.heartbeat_ms.clone(),
+                token: admin_config.token.clone(),
+            },
+        )?;
+        tracing::info!(url = %server.url(), "admin server listening (/metrics, /healthz, /readyz, /plugins)");
+        Some(server)
+    } else {
+        None
+    };
+    let _watch = watch.then(|| {
+        cojoin::hotswap::FileWatch::start(
+            watched,
+            registry,
+            host.metrics.clone(),
+            std::time::Duration::from_millis(250),
+            std::time::Duration::from_millis(500),
+        )
+    });
+    host.run(&shutdown)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -304,7 +338,7 @@ fn plugin_test(args: TestArgs) -> Result<ExitCode> {
     let events = std::fs::read_to_string(&args.events)
         .with_context(|| format!("cannot read events file {:?}", args.events))?;
     let registry = load_plugin(&config, &args.config, Some(&args.plugin))?;
-    let mut worker = registry.worker()?;
+    let mut worker = cojoin::worker::action::MeteredWorker::new(registry.worker()?);
     let result = cojoin::worker::replay::replay(&config, &events, &mut worker)
         .with_context(|| format!("events file {:?}", args.events))?;
     let dlq = config.output.dead_letter_topic.clone();

@@ -1,6 +1,11 @@
-//! A `PluginWorker` is a task's action: calls go to its instance, failures become `ActionFailure`s.
+//! A `PluginWorker` is a task's action: calls go to its instance, failures become `ActionFailure`s,
+//! and each call's latency and outcome is counted against the plugin version that answered it.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
 
 use crate::event::{Event, OutputRecord, Side};
+use crate::metrics::CallStats;
 use crate::plugin::{CallError, PluginWorker};
 use crate::task::{Action, ActionFailure};
 
@@ -12,14 +17,51 @@ fn failure(e: CallError) -> ActionFailure {
     }
 }
 
-impl Action for PluginWorker {
+/// A worker plus the call statistics gathered since the host last took them.
+pub struct MeteredWorker {
+    pub worker: PluginWorker,
+    calls: BTreeMap<String, CallStats>,
+}
+
+impl MeteredWorker {
+    pub fn new(worker: PluginWorker) -> Self {
+        MeteredWorker {
+            worker,
+            calls: BTreeMap::new(),
+        }
+    }
+
+    /// The statistics since the last call, per version label; resets them.
+    pub fn take_calls(&mut self) -> BTreeMap<String, CallStats> {
+        std::mem::take(&mut self.calls)
+    }
+
+    fn observe<T>(
+        &mut self,
+        call: impl FnOnce(&mut PluginWorker) -> Result<T, CallError>,
+    ) -> Result<T, ActionFailure> {
+        let started = Instant::now();
+        let result = call(&mut self.worker);
+        let took = started.elapsed();
+        // The label after the call: a swap between calls switches the worker before it calls.
+        let label = &self.worker.version().label;
+        if !self.calls.contains_key(&**label) {
+            self.calls.insert(label.to_string(), CallStats::default());
+        }
+        let stats = self.calls.get_mut(&**label).expect("inserted above");
+        stats.observe(took, result.as_ref().err().map(CallError::kind));
+        result.map_err(failure)
+    }
+}
+
+impl Action for MeteredWorker {
     fn on_match(
         &mut self,
         key: &[u8],
         left: &Event,
         right: &Event,
     ) -> Result<Vec<OutputRecord>, ActionFailure> {
-        PluginWorker::on_match(self, key, left, right).map_err(failure)
+        self.observe(|w| w.on_match(key, left, right))
     }
 
     fn on_expire(
@@ -28,11 +70,11 @@ impl Action for PluginWorker {
         event: &Event,
         side: Side,
     ) -> Result<Vec<OutputRecord>, ActionFailure> {
-        PluginWorker::on_expire(self, key, event, side).map_err(failure)
+        self.observe(|w| w.on_expire(key, event, side))
     }
 
     fn version(&self) -> String {
-        let v = PluginWorker::version(self);
+        let v = self.worker.version();
         format!("{}@{} (generation {})", v.name, v.sha256, v.generation)
     }
 }

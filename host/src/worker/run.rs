@@ -22,6 +22,9 @@ use crate::config::Config;
 use crate::event::{Event, Side};
 use crate::join::CommitPoint;
 use crate::kafka::assignment;
+use crate::metrics::{Metrics, TaskGauges};
+use crate::task::TaskCounters;
+use crate::worker::action::MeteredWorker;
 use crate::plugin::PluginRegistry;
 use crate::task::{DeadLetterReason, Emit, PartitionTask};
 use crate::worker::replay::task_policy;
@@ -29,6 +32,50 @@ use crate::worker::replay::task_policy;
 /// How often commit points are committed while running (also on revoke and shutdown).
 const COMMIT_INTERVAL: Duration = Duration::from_secs(1);
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// How often consumer lag is recomputed for the metrics.
+const LAG_INTERVAL: Duration = Duration::from_secs(2);
+
+/// The high watermark librdkafka last saw in a fetch response. rdkafka 0.38 wraps only the
+/// blocking `fetch_watermarks`, so this calls `rd_kafka_get_watermark_offsets` itself.
+fn cached_high_watermark(consumer: &BaseConsumer<JoinContext>, topic: &str, p: i32) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client pointer lives as long as `consumer`; the out-pointers are valid locals.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            p,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0)
+        .then_some(high)
+}
+
+/// Records behind the high watermark per task and side, from the consumer's cached watermarks
+/// (no broker round trip) and its positions.
+fn lag_of(
+    consumer: &BaseConsumer<JoinContext>,
+    left: &str,
+    right: &str,
+    tasks: impl Iterator<Item = i32>,
+) -> HashMap<i32, [Option<i64>; 2]> {
+    let Ok(positions) = consumer.position() else {
+        return HashMap::new();
+    };
+    let lag = |topic: &str, p: i32| -> Option<i64> {
+        let high = cached_high_watermark(consumer, topic, p)?;
+        match positions.find_partition(topic, p)?.offset() {
+            Offset::Offset(pos) => Some((high - pos).max(0)),
+            _ => None,
+        }
+    };
+    tasks
+        .map(|p| (p, [lag(left, p), lag(right, p)]))
+        .collect()
+}
 
 /// What the rebalance callbacks and the loop share. Locked only briefly, never across I/O other
 /// than the revoke commit (which must happen before the partitions go).
@@ -117,10 +164,11 @@ impl ProducerContext for DeliveryCount {
     }
 }
 
-/// Counts a running host exposes (the admin API will export them).
+/// Counts a running host keeps outside the tasks.
 #[derive(Debug, Default)]
 pub struct HostStats {
-    pub consumed: AtomicU64,
+    /// Per side: left, right.
+    pub consumed: [AtomicU64; 2],
     pub produced: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub commits: AtomicU64,
@@ -130,6 +178,9 @@ pub struct Host {
     config: Config,
     registry: Arc<PluginRegistry>,
     pub stats: Arc<HostStats>,
+    pub metrics: Arc<Metrics>,
+    /// Unix ms of the last finished round, for `/healthz`.
+    pub heartbeat_ms: Arc<AtomicU64>,
 }
 
 fn client_config(config: &Config) -> ClientConfig {
@@ -144,6 +195,8 @@ impl Host {
             config,
             registry,
             stats: Arc::default(),
+            metrics: Arc::default(),
+            heartbeat_ms: Arc::new(AtomicU64::new(crate::admin::now_ms())),
         }
     }
 
@@ -186,8 +239,12 @@ impl Host {
         tracing::info!(left, right, partitions = counts[0], group = %cfg.kafka.group_id, "joining");
 
         let policy = task_policy(cfg);
-        let mut worker = self.registry.worker()?;
+        let mut worker = MeteredWorker::new(self.registry.worker()?);
         let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();
+        // Counters of tasks this host no longer holds, so the exported totals never go down.
+        let mut retired = TaskCounters::default();
+        let mut lags: HashMap<i32, [Option<i64>; 2]> = HashMap::new();
+        let mut last_lag = Instant::now() - LAG_INTERVAL;
         let started = Instant::now();
         let mut last_commit = Instant::now();
         let mut sleep = |d: Duration| std::thread::sleep(d);
@@ -204,16 +261,16 @@ impl Host {
                 let Some(msg) = consumer.poll(timeout) else {
                     break;
                 };
-                self.apply_rebalance(&shared, &consumer, &policy, &mut tasks)?;
+                self.apply_rebalance(&shared, &consumer, &policy, &mut tasks, &mut retired)?;
                 match msg {
                     Ok(m) => {
                         polled += 1;
-                        self.stats.consumed.fetch_add(1, Ordering::Relaxed);
                         let side = if m.topic() == left {
                             Side::Left
                         } else {
                             Side::Right
                         };
+                        self.stats.consumed[side as usize].fetch_add(1, Ordering::Relaxed);
                         if let Some(task) = tasks.get_mut(&m.partition()) {
                             task.push(side, event_of(&m), m.key().is_some());
                         }
@@ -221,7 +278,7 @@ impl Host {
                     Err(e) => tracing::warn!("consumer error: {e}"),
                 }
             }
-            self.apply_rebalance(&shared, &consumer, &policy, &mut tasks)?;
+            self.apply_rebalance(&shared, &consumer, &policy, &mut tasks, &mut retired)?;
 
             let now = started.elapsed().as_millis() as i64;
             for task in tasks.values_mut() {
@@ -245,6 +302,12 @@ impl Host {
                 }
             }
             self.publish_points(&shared, &mut tasks);
+            if last_lag.elapsed() >= LAG_INTERVAL {
+                lags = lag_of(&consumer, left, right, tasks.keys().copied());
+                last_lag = Instant::now();
+            }
+            self.publish_metrics(&tasks, &retired, &lags, &mut worker);
+            self.heartbeat_ms.store(crate::admin::now_ms(), Ordering::Relaxed);
             if last_commit.elapsed() >= COMMIT_INTERVAL {
                 self.commit(&consumer, &shared, CommitMode::Async);
                 last_commit = Instant::now();
@@ -265,6 +328,7 @@ impl Host {
         consumer: &BaseConsumer<JoinContext>,
         policy: &crate::task::TaskPolicy,
         tasks: &mut BTreeMap<i32, PartitionTask>,
+        retired: &mut TaskCounters,
     ) -> Result<()> {
         let (left, right) = (
             self.config.join.left.as_str(),
@@ -275,13 +339,22 @@ impl Host {
             (std::mem::take(&mut s.revoked), s.assigned.take())
         };
         for (_, partition) in &revoked {
-            if tasks.remove(partition).is_some() {
+            if let Some(task) = tasks.remove(partition) {
+                retired.add(&task.counters);
                 tracing::info!(task = partition, "task revoked; its state is dropped");
             }
         }
         let Some(assigned) = assigned else {
             return Ok(());
         };
+        self.metrics.update(|m| m.rebalances += 1);
+        let held = |topic: &str| -> Vec<i32> {
+            let mut ps: Vec<i32> = assigned.iter().filter(|(t, _)| t == topic).map(|(_, p)| *p).collect();
+            ps.sort_unstable();
+            ps
+        };
+        // One line per assignment, both topics side by side: co-partitioning is visible in the log.
+        tracing::info!(left = ?held(left), right = ?held(right), "assignment");
         let numbers =
             assignment::tasks(left, right, assigned.iter().map(|(t, p)| (t.as_str(), *p)))?;
         let new: Vec<i32> = numbers
@@ -324,6 +397,41 @@ impl Host {
             tasks.insert(p, PartitionTask::new(p, policy.clone(), start));
         }
         Ok(())
+    }
+
+    /// Copies this round's counts into the shared metrics (one lock per round, none per record).
+    fn publish_metrics(
+        &self,
+        tasks: &BTreeMap<i32, PartitionTask>,
+        retired: &TaskCounters,
+        lags: &HashMap<i32, [Option<i64>; 2]>,
+        worker: &mut MeteredWorker,
+    ) {
+        let mut counters = retired.clone();
+        for task in tasks.values() {
+            counters.add(&task.counters);
+        }
+        let gauges = tasks
+            .iter()
+            .map(|(p, task)| {
+                let (events, bytes) = task.held();
+                let lag = lags.get(p).copied().unwrap_or_default();
+                (*p, TaskGauges { events, bytes, lag })
+            })
+            .collect();
+        let calls = worker.take_calls();
+        let (left, right) = (&self.config.join.left, &self.config.join.right);
+        self.metrics.update(|m| {
+            m.consumed.insert(left.clone(), self.stats.consumed[0].load(Ordering::Relaxed));
+            m.consumed.insert(right.clone(), self.stats.consumed[1].load(Ordering::Relaxed));
+            m.counters = counters;
+            m.produced = self.stats.produced.load(Ordering::Relaxed);
+            m.tasks = gauges;
+            m.processing = !m.tasks.is_empty();
+            for (label, stats) in calls {
+                m.calls.entry(label).or_default().add(&stats);
+            }
+        });
     }
 
     fn publish_points(&self, shared: &Mutex<Shared>, tasks: &mut BTreeMap<i32, PartitionTask>) {

@@ -1,0 +1,241 @@
+//! What a running host reports on `/metrics`, and its rendering in Prometheus' text format.
+//!
+//! The host loop owns the hot counters (task counters, per-call latencies) and publishes a snapshot
+//! here once per round; the admin server only reads. So the hot path takes no lock per record.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::task::TaskCounters;
+
+/// Upper bounds (seconds) of the plugin call latency histogram: 5 µs to 1 s.
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005,
+    0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+/// Calls of one plugin version: a latency histogram and failures by kind.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CallStats {
+    /// Count per bucket of `LATENCY_BUCKETS` (not cumulative), plus one for above the last.
+    pub buckets: [u64; LATENCY_BUCKETS.len() + 1],
+    pub count: u64,
+    pub sum_seconds: f64,
+    pub failures: BTreeMap<&'static str, u64>,
+}
+
+impl CallStats {
+    pub fn observe(&mut self, took: Duration, failure: Option<&'static str>) {
+        let s = took.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|&b| s <= b)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[i] += 1;
+        self.count += 1;
+        self.sum_seconds += s;
+        if let Some(kind) = failure {
+            *self.failures.entry(kind).or_default() += 1;
+        }
+    }
+
+    pub fn add(&mut self, other: &CallStats) {
+        for (a, b) in self.buckets.iter_mut().zip(other.buckets) {
+            *a += b;
+        }
+        self.count += other.count;
+        self.sum_seconds += other.sum_seconds;
+        for (kind, n) in &other.failures {
+            *self.failures.entry(kind).or_default() += n;
+        }
+    }
+
+    /// The latency below which `q` (0..1) of the calls fall, as the bucket's upper bound.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = (q * self.count as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(LATENCY_BUCKETS.get(i).copied().unwrap_or(f64::INFINITY));
+            }
+        }
+        None
+    }
+}
+
+/// State held by one task, and how far behind its partitions are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskGauges {
+    pub events: usize,
+    pub bytes: usize,
+    /// Records behind the high watermark, per side (left, right), when known.
+    pub lag: [Option<i64>; 2],
+}
+
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Records consumed per topic.
+    pub consumed: BTreeMap<String, u64>,
+    /// Counters summed over every task this host has run, revoked ones included.
+    pub counters: TaskCounters,
+    pub produced: u64,
+    pub tasks: BTreeMap<i32, TaskGauges>,
+    /// Per plugin version label (`name@sha-prefix`).
+    pub calls: BTreeMap<String, CallStats>,
+    pub swaps: u64,
+    pub swaps_refused: u64,
+    pub rebalances: u64,
+    /// Processing has started on an assignment (for `/readyz`).
+    pub processing: bool,
+}
+
+/// The shared, lock-protected snapshot; written by the host loop and the swap paths, read by
+/// `/metrics`.
+#[derive(Default)]
+pub struct Metrics {
+    inner: Mutex<Snapshot>,
+}
+
+impl Metrics {
+    pub fn update<R>(&self, f: impl FnOnce(&mut Snapshot) -> R) -> R {
+        f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub fn read<R>(&self, f: impl FnOnce(&Snapshot) -> R) -> R {
+        f(&self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub fn render(&self) -> String {
+        self.read(render)
+    }
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Escapes a label value as the text format requires.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+pub fn render(s: &Snapshot) -> String {
+    let mut out = String::new();
+    family(&mut out, "cojoin_records_consumed_total", "counter", "Records consumed, per topic.");
+    for (topic, n) in &s.consumed {
+        let _ = writeln!(out, "cojoin_records_consumed_total{{topic=\"{}\"}} {n}", label(topic));
+    }
+    let c = &s.counters;
+    for (name, help, value) in [
+        ("cojoin_matches_total", "Pairs handed to on-match.", c.matches),
+        ("cojoin_expiries_total", "Unmatched events handed to on-expire after their window closed.", c.expiries),
+        ("cojoin_late_records_total", "Records behind stream time by more than window + grace.", c.late),
+        ("cojoin_null_key_records_total", "Records without a key.", c.null_keys),
+        ("cojoin_tombstone_records_total", "Records without a value.", c.tombstones),
+        ("cojoin_dead_lettered_records_total", "Records written to the dead-letter topic.", c.dead_lettered),
+        ("cojoin_replay_suppressed_total", "Outcomes not acted on again after a restart (a previous owner had).", c.suppressed),
+        ("cojoin_records_produced_total", "Output and dead-letter records acknowledged by the broker.", s.produced),
+        ("cojoin_plugin_swaps_total", "Plugin versions swapped in.", s.swaps),
+        ("cojoin_plugin_swaps_refused_total", "Plugin files or uploads refused (the running version kept).", s.swaps_refused),
+        ("cojoin_rebalances_total", "Assignments received from the group.", s.rebalances),
+    ] {
+        family(&mut out, name, "counter", help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+
+    family(&mut out, "cojoin_assigned_tasks", "gauge", "Tasks (partition numbers) held.");
+    let _ = writeln!(out, "cojoin_assigned_tasks {}", s.tasks.len());
+    family(&mut out, "cojoin_state_events", "gauge", "Events held in join state, per task.");
+    for (p, t) in &s.tasks {
+        let _ = writeln!(out, "cojoin_state_events{{task=\"{p}\"}} {}", t.events);
+    }
+    family(&mut out, "cojoin_state_bytes", "gauge", "Bytes held in join state, per task.");
+    for (p, t) in &s.tasks {
+        let _ = writeln!(out, "cojoin_state_bytes{{task=\"{p}\"}} {}", t.bytes);
+    }
+    family(&mut out, "cojoin_consumer_lag", "gauge", "Records behind the high watermark, per task and side.");
+    for (p, t) in &s.tasks {
+        for (side, lag) in ["left", "right"].iter().zip(t.lag) {
+            if let Some(lag) = lag {
+                let _ = writeln!(out, "cojoin_consumer_lag{{task=\"{p}\",side=\"{side}\"}} {lag}");
+            }
+        }
+    }
+
+    family(&mut out, "cojoin_plugin_call_seconds", "histogram", "Plugin call latency, per plugin version.");
+    for (version, stats) in &s.calls {
+        let v = label(version);
+        let mut cumulative = 0;
+        for (bound, n) in LATENCY_BUCKETS.iter().zip(stats.buckets) {
+            cumulative += n;
+            let _ = writeln!(out, "cojoin_plugin_call_seconds_bucket{{plugin=\"{v}\",le=\"{bound}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "cojoin_plugin_call_seconds_bucket{{plugin=\"{v}\",le=\"+Inf\"}} {}", stats.count);
+        let _ = writeln!(out, "cojoin_plugin_call_seconds_sum{{plugin=\"{v}\"}} {}", stats.sum_seconds);
+        let _ = writeln!(out, "cojoin_plugin_call_seconds_count{{plugin=\"{v}\"}} {}", stats.count);
+    }
+    family(&mut out, "cojoin_plugin_call_failures_total", "counter", "Failed plugin calls, per plugin version and kind (plugin-error, timeout, memory, crash).");
+    for (version, stats) in &s.calls {
+        for (kind, n) in &stats.failures {
+            let _ = writeln!(out, "cojoin_plugin_call_failures_total{{plugin=\"{}\",kind=\"{kind}\"}} {n}", label(version));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latencies_fall_in_their_bucket_and_quantiles_read_the_bounds() {
+        let mut stats = CallStats::default();
+        for us in [3, 8, 8, 40, 2_000_000] {
+            stats.observe(Duration::from_micros(us), None);
+        }
+        stats.observe(Duration::from_micros(8), Some("crash"));
+        assert_eq!(&stats.buckets[..4], &[1, 3, 0, 1]);
+        assert_eq!(stats.buckets[LATENCY_BUCKETS.len()], 1, "2 s is above the last bound");
+        assert_eq!(stats.quantile(0.5), Some(0.000_01));
+        assert_eq!(stats.quantile(0.99), Some(f64::INFINITY));
+        assert_eq!(stats.failures.get("crash"), Some(&1));
+        assert_eq!(CallStats::default().quantile(0.5), None);
+    }
+
+    #[test]
+    fn the_text_format_has_cumulative_buckets_and_escaped_labels() {
+        let mut s = Snapshot::default();
+        s.consumed.insert("orders".into(), 7);
+        s.counters.matches = 3;
+        s.tasks.insert(2, TaskGauges { events: 4, bytes: 400, lag: [Some(5), None] });
+        let mut stats = CallStats::default();
+        stats.observe(Duration::from_micros(3), None);
+        stats.observe(Duration::from_micros(40), Some("timeout"));
+        s.calls.insert("odd\"name@abc".into(), stats);
+        let text = render(&s);
+        for line in [
+            "cojoin_records_consumed_total{topic=\"orders\"} 7",
+            "cojoin_matches_total 3",
+            "cojoin_assigned_tasks 1",
+            "cojoin_state_events{task=\"2\"} 4",
+            "cojoin_state_bytes{task=\"2\"} 400",
+            "cojoin_consumer_lag{task=\"2\",side=\"left\"} 5",
+            "cojoin_plugin_call_seconds_bucket{plugin=\"odd\\\"name@abc\",le=\"0.000005\"} 1",
+            "cojoin_plugin_call_seconds_bucket{plugin=\"odd\\\"name@abc\",le=\"0.00005\"} 2",
+            "cojoin_plugin_call_seconds_bucket{plugin=\"odd\\\"name@abc\",le=\"+Inf\"} 2",
+            "cojoin_plugin_call_seconds_count{plugin=\"odd\\\"name@abc\"} 2",
+            "cojoin_plugin_call_failures_total{plugin=\"odd\\\"name@abc\",kind=\"timeout\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        assert!(!text.contains("side=\"right\""), "unknown lag is left out");
+    }
+}

@@ -1,0 +1,202 @@
+//! `cojoin run` processes for the broker tests: a config written for the test's broker, one
+//! process per host with its JSON log in a file, kill -9 and restart, the assignments it logged.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A join config for a broker at `bootstrap`: `orders` left-joined with `payments` in a 10 s
+/// window, short group timeouts so that a killed host's tasks move within seconds.
+pub fn join_config(bootstrap: &str, group: &str, plugin: &Path, kind: &str) -> String {
+    format!(
+        r#"
+[kafka]
+bootstrap_servers = "{bootstrap}"
+group_id = "{group}"
+[kafka.options]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+"max.poll.interval.ms" = "10000"
+[join]
+left = "orders"
+right = "payments"
+kind = "{kind}"
+window = "10s"
+max_idle = "100ms"
+[plugin]
+path = "{plugin}"
+retries = 1
+backoff = "50ms"
+[output]
+topic = "orders-paid"
+dead_letter_topic = "dlq"
+[admin]
+bind = "127.0.0.1:0"
+"#,
+        plugin = plugin.display()
+    )
+}
+
+/// One `cojoin run` process.
+pub struct HostProcess {
+    pub name: String,
+    config: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+    /// Logs of earlier runs of this host (before a kill), kept for the assignment check.
+    runs: Vec<PathBuf>,
+}
+
+impl HostProcess {
+    pub fn start(dir: &Path, name: &str, config_text: &str) -> HostProcess {
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(&config, config_text).unwrap();
+        let mut host = HostProcess {
+            name: name.to_owned(),
+            config,
+            log: PathBuf::new(),
+            child: None,
+            runs: Vec::new(),
+        };
+        host.spawn(dir);
+        host
+    }
+
+    fn spawn(&mut self, dir: &Path) {
+        self.log = dir.join(format!("{}.run{}.log", self.name, self.runs.len()));
+        self.runs.push(self.log.clone());
+        let file = std::fs::File::create(&self.log).unwrap();
+        let child = Command::new(crate::cojoin_bin())
+            .args(["--log-format", "json", "run", "--config"])
+            .arg(&self.config)
+            .env("COJOIN_CACHE_DIR", crate::root().join("target/e2e-plugin-cache"))
+            .env("COJOIN_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("starting cojoin run");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL: no revoke, no flush, no commit.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("host running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// A new process for the same host, as a supervisor would start after a crash.
+    pub fn restart(&mut self, dir: &Path) {
+        assert!(self.child.is_none(), "{} is still running", self.name);
+        self.spawn(dir);
+    }
+
+    /// Waits for the process to exit on its own; its exit status and log text.
+    pub fn wait_exit(&mut self, timeout: Duration) -> (std::process::ExitStatus, String) {
+        let child = self.child.as_mut().expect("host running");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return (status, std::fs::read_to_string(&self.log).unwrap());
+            }
+            assert!(Instant::now() < deadline, "{} still running after {timeout:?}", self.name);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Every assignment this host logged, over all its runs, in order: (left, right) partitions.
+    pub fn assignments(&self) -> Vec<(Vec<i32>, Vec<i32>)> {
+        self.runs
+            .iter()
+            .flat_map(|log| log_lines(log))
+            .filter(|line| line["fields"]["message"] == "assignment")
+            .map(|line| {
+                let field = |name: &str| parse_list(line["fields"][name].as_str().unwrap_or(""));
+                (field("left"), field("right"))
+            })
+            .collect()
+    }
+
+    /// The admin server's URL this run logged, once it has.
+    pub fn admin_url(&self, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let url = log_lines(&self.log).into_iter().find_map(|l| {
+                (l["fields"]["message"].as_str()?.starts_with("admin server listening"))
+                    .then(|| l["fields"]["url"].as_str().map(str::to_owned))?
+            });
+            if let Some(url) = url {
+                return url;
+            }
+            assert!(Instant::now() < deadline, "{} logged no admin URL:\n{}", self.name, self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The log of every run, for a failure message.
+    pub fn log_text(&self) -> String {
+        self.runs
+            .iter()
+            .map(|log| std::fs::read_to_string(log).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n--- restart ---\n")
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn log_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// `"[0, 3]"` (a Debug-printed Vec) → `[0, 3]`.
+fn parse_list(text: &str) -> Vec<i32> {
+    text.trim_matches(|c| c == '[' || c == ']')
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect()
+}
+
+/// Waits until the hosts' latest assignments cover partitions `0..partitions` exactly once
+/// each, every host holding the same partition numbers of both topics.
+pub fn wait_for_stable_group(hosts: &[&HostProcess], partitions: i32, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let latest: Vec<_> = hosts.iter().map(|h| h.assignments().pop()).collect();
+        if latest.iter().all(Option::is_some) {
+            let mut held: Vec<i32> = latest.iter().flatten().flat_map(|(l, _)| l.clone()).collect();
+            held.sort_unstable();
+            let all_paired = latest.iter().flatten().all(|(l, r)| l == r && !l.is_empty());
+            if all_paired && held == (0..partitions).collect::<Vec<_>>() {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "group not stable after {timeout:?}: latest assignments {latest:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn debug_printed_lists_parse() {
+        assert_eq!(super::parse_list("[0, 3]"), vec![0, 3]);
+        assert_eq!(super::parse_list("[]"), Vec::<i32>::new());
+    }
+}
