@@ -1,5 +1,5 @@
 # cojoin build entry point. Every target installs what it needs, once, and skips what is there.
-#   make demo    build the host and the example plugins, call each plugin from the CLI
+#   make demo    build the host and the example plugins, run the join on an embedded broker
 #   make test    everything CI runs: plugins in three languages, then the test suite
 #   make bench   plugin call and load benchmarks (prints a table)
 #   make plugins build every plugin component into build/plugins/
@@ -74,12 +74,7 @@ host:
 	$(CARGO) build --release -p cojoin
 
 demo: plugins host
-	@export COJOIN_LOG=warn; for lang in rust python js; do \
-	  echo "== order_paid_$$lang.wasm: on-match(order, payment)"; \
-	  $(HOST) plugin call $(OUT)/order_paid_$$lang.wasm --a examples/events/order.json --b examples/events/payment.json || exit 1; \
-	  echo "== order_paid_$$lang.wasm: on-expire(order) — an order that was never paid"; \
-	  $(HOST) plugin call $(OUT)/order_paid_$$lang.wasm --a examples/events/order.json || exit 1; \
-	done
+	$(HOST) demo --plugin $(OUT)/order_paid_python.wasm
 
 test: plugins tansu
 	@mkdir -p build

@@ -100,8 +100,13 @@ impl Tansu {
     }
 
     pub fn producer(&self, partitioner: &str) -> ThreadedProducer<DefaultProducerContext> {
+        Self::producer_for(&self.bootstrap, partitioner)
+    }
+
+    /// A producer for the broker at `bootstrap`, for a thread that does not own the `Tansu`.
+    pub fn producer_for(bootstrap: &str, partitioner: &str) -> ThreadedProducer<DefaultProducerContext> {
         ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
+            .set("bootstrap.servers", bootstrap)
             .set("partitioner", partitioner)
             .set("linger.ms", "5")
             .create()
@@ -111,6 +116,15 @@ impl Tansu {
     /// Produces `records`, keyed, to their topic; `partition` pins them when given.
     pub fn produce(
         &self,
+        producer: &ThreadedProducer<DefaultProducerContext>,
+        records: &[Record],
+        partition: Option<i32>,
+    ) {
+        Self::produce_with(producer, records, partition)
+    }
+
+    /// [`Tansu::produce`] without the broker at hand.
+    pub fn produce_with(
         producer: &ThreadedProducer<DefaultProducerContext>,
         records: &[Record],
         partition: Option<i32>,

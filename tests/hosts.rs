@@ -1,5 +1,6 @@
 //! `cojoin run` processes for the broker tests: a config written for the test's broker, one
-//! process per host with its JSON log in a file, kill -9 and restart, the assignments it logged.
+//! process per host with its JSON log in a file, kill -9, SIGTERM and restart, the assignments it
+//! logged.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -84,6 +85,13 @@ impl HostProcess {
         let mut child = self.child.take().expect("host running");
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    /// SIGTERM, as a supervisor stops a host: it should finish, commit and leave the group.
+    pub fn terminate(&mut self) {
+        let pid = self.child.as_ref().expect("host running").id();
+        let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+        assert!(status.success(), "kill -TERM {pid}");
     }
 
     /// A new process for the same host, as a supervisor would start after a crash.

@@ -2,6 +2,8 @@
 
 pub mod broker;
 pub mod hosts;
+pub mod http;
+pub mod scenario;
 pub mod stream;
 
 use std::path::PathBuf;

@@ -2,12 +2,16 @@
 //!
 //! # Layout
 //!
+//! - [`admin`]: the admin HTTP server — `/metrics`, `/healthz`, `/readyz`, `GET`/`PUT /plugins`.
 //! - [`check`]: `cojoin check` — broker, topics, co-partitioning, producer partitioners.
 //! - [`config`]: the TOML configuration, its defaults and validation (pure).
+//! - [`demo`]: `cojoin demo` — the join on an embedded mock broker with a generated stream.
 //! - [`event`]: the records the join handles — pure data shared by every other module.
 //! - [`join`]: the pure join core — windowed state, record order within a task, offsets.
+//! - [`hotswap`]: swapping the running plugin from a watched file or an upload, counted in metrics.
 //! - [`json`]: the JSON forms of events and outputs used by the command line.
 //! - [`kafka`]: the Kafka side's pure parts — co-partitioning checks, producer partitioners.
+//! - [`metrics`]: what a running host counts, rendered in Prometheus' text format.
 //! - [`plugin`]: the WebAssembly side — engine, sandbox, instances, hot-swap registry.
 //!   It depends on `event` only; the Kafka side will not import it, nor it the Kafka side.
 //! - [`task`]: `PartitionTask`, one co-partitioned task: join core + an action, emitting what to
@@ -19,6 +23,7 @@
 pub mod admin;
 pub mod check;
 pub mod config;
+pub mod demo;
 pub mod event;
 pub mod hotswap;
 pub mod join;

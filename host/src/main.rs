@@ -44,6 +44,25 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// The join on an embedded broker, nothing to install: generated orders and payments, joined
+    /// with the example plugin; prints every result as it comes and a summary. Ends after
+    /// --events records (and their results) or on Ctrl-C.
+    Demo(DemoArgs),
+    /// Produce the demo's generated orders and payments to a real broker (topics `orders` and
+    /// `payments`, which must exist with equal partition counts), as examples/orders-payments uses.
+    Generate {
+        /// The broker, host:port[,host:port…].
+        #[arg(long)]
+        bootstrap: String,
+        /// Records to produce (orders and payments).
+        #[arg(long, default_value_t = 10_000)]
+        events: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// How many times faster than the wall clock event time runs (one order per second of it).
+        #[arg(long, default_value_t = 40)]
+        speed: i64,
+    },
     /// Check a config before running: broker reachable, both topics with equal partition counts,
     /// the plugin loads, and sampled keys sit in the same partition number in both topics.
     /// Exits 1 when a problem is found.
@@ -54,6 +73,25 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         sample: usize,
     },
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// Records to generate (orders and payments).
+    #[arg(long, default_value_t = 2_000)]
+    events: usize,
+    /// The plugin to act on each result (an order-paid plugin: Python, Rust or JS).
+    #[arg(long, default_value = "build/plugins/order_paid_python.wasm")]
+    plugin: PathBuf,
+    /// Seed of the generated stream.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print only the summary, not every result.
+    #[arg(long)]
+    quiet: bool,
+    /// Where the admin server (/metrics, /plugins) listens; port 0 picks a free one.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    admin: String,
 }
 
 #[derive(Subcommand)]
@@ -143,6 +181,13 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Plugin(PluginCommand::Call(args)) => plugin_call(args),
         Command::Plugin(PluginCommand::Test(args)) => plugin_test(args),
         Command::Run { config } => run_host(&config),
+        Command::Demo(args) => demo(args),
+        Command::Generate { bootstrap, events, seed, speed } => {
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let n = cojoin::demo::generate(&bootstrap, events, seed, speed, &stop)?;
+            println!("produced {n} records to orders and payments at {bootstrap}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check { config, sample } => check(&config, sample),
     }
 }
@@ -328,6 +373,50 @@ fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {
         )
     });
     host.run(&shutdown)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn demo(args: DemoArgs) -> Result<ExitCode> {
+    if !args.plugin.exists() {
+        anyhow::bail!(
+            "plugin {:?} not found: build the example plugins with `make plugins` (or give --plugin)",
+            args.plugin
+        );
+    }
+    let registry = open_registry(&args.plugin, PluginLimits::default(), default_cache_dir(), vec![])?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    ctrlc::set_handler(move || {
+        if flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("stopping: the summary follows (Ctrl-C again to exit at once)");
+    })
+    .context("installing the signal handler")?;
+    let options = cojoin::demo::DemoOptions {
+        events: args.events,
+        seed: args.seed,
+        print: !args.quiet,
+        admin_bind: args.admin,
+    };
+    let s = cojoin::demo::run(&options, registry, &stop)?;
+    println!("== summary");
+    println!("events        {} ({} orders, {} payments)", s.events, s.orders, s.events - s.orders);
+    println!("paid          {} orders matched with their payment", s.paid);
+    println!("unpaid        {} orders with no payment in the window", s.unpaid);
+    println!("dead letters  {} records (late payments) in orders-payments-dlq", s.dead_letters);
+    println!("still open    {} orders whose window had not closed when the stream ended", s.open);
+    match (s.latency_quantile(0.5), s.latency_quantile(0.99)) {
+        (Some(p50), Some(p99)) => println!(
+            "latency       p50 {p50:.1} ms, p99 {p99:.1} ms from producing a payment to reading its match ({} matches)",
+            s.match_latency_ms.len()
+        ),
+        _ => println!("latency       no match measured"),
+    }
+    let mut fates: Vec<_> = s.fates.iter().collect();
+    fates.sort();
+    let fates: Vec<String> = fates.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    println!("generated     {}", fates.join(", "));
     Ok(ExitCode::SUCCESS)
 }
 

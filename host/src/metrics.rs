@@ -238,4 +238,29 @@ mod tests {
         }
         assert!(!text.contains("side=\"right\""), "unknown lag is left out");
     }
+
+    #[test]
+    fn the_grafana_dashboard_queries_only_metrics_the_host_exports() {
+        let dashboard = include_str!("../../examples/grafana/cojoin-dashboard.json");
+        let families: Vec<&str> = render(&Snapshot::default())
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        let mut queried = 0;
+        for (i, _) in dashboard.match_indices("cojoin_") {
+            let name: String = dashboard[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            // The dashboard's uid and title are "cojoin"; metric names go on past the prefix.
+            if name == "cojoin_" {
+                continue;
+            }
+            let family = name.strip_suffix("_bucket").unwrap_or(&name);
+            assert!(families.contains(&family), "the dashboard queries {name}, which /metrics does not export");
+            queried += 1;
+        }
+        assert!(queried >= 10, "only {queried} metric queries found");
+    }
 }

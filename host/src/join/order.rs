@@ -3,7 +3,12 @@
 //! As Kafka Streams does, a task takes the record with the smaller timestamp while both partitions
 //! have data buffered, so a partition fetched ahead of the other does not make the other's records
 //! look late and results do not depend on fetch timing. When one side has nothing buffered the task
-//! waits up to `max_idle_ms` (Kafka Streams' `max.task.idle.ms`) for it, then goes on with the other.
+//! waits up to `max_idle_ms` (Kafka Streams' `max.task.idle.ms`) for it, then goes on with the other
+//! — unless the empty side may have records on the broker that were not fetched yet: its end offset
+//! (from the consumer's last fetch response) is past the next offset to arrive, or not known yet
+//! because nothing was fetched. Then the task waits for them as Kafka Streams does since KIP-695:
+//! going on would make them look late. That wait is bounded too ([`BACKLOG_WAIT_MS`]), in case the
+//! end offset counts records that never arrive (transaction markers).
 //!
 //! After a restart, records up to each partition's processed-through offset rebuild the state
 //! ("replay"). All replay records of both partitions are taken before any new record, so the stream
@@ -15,11 +20,24 @@ use std::collections::VecDeque;
 
 use crate::event::{Event, Side};
 
+/// The longest a task waits for a side whose known backlog does not arrive.
+pub const BACKLOG_WAIT_MS: i64 = 30_000;
+
 /// A buffered record; `null_key` marks a record consumed without a key (its `key` is empty), which
 /// goes through the queue like any other so that offsets are processed in order.
 struct Queued {
     event: Event,
     null_key: bool,
+}
+
+/// What the queue knows of a partition's end on the broker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndOffset {
+    /// Nobody reports it (an offline replay): only `max_idle` applies.
+    Untracked,
+    /// Reported, but not known yet (no fetch response so far): there may be a backlog.
+    Unknown,
+    Known(i64),
 }
 
 pub struct TaskQueue {
@@ -32,6 +50,11 @@ pub struct TaskQueue {
     replay_through: [Option<i64>; 2],
     /// Per side: the next offset that will arrive (last pushed + 1), if known.
     next_offset: [Option<i64>; 2],
+    /// Per side: the partition's end offset (high watermark) as last seen by the consumer.
+    end_offset: [EndOffset; 2],
+    /// Per side: the next offset at which waiting for the backlog was given up; the backlog is
+    /// ignored until that side moves on.
+    backlog_given_up_at: [Option<i64>; 2],
 }
 
 fn ix(side: Side) -> usize {
@@ -50,6 +73,8 @@ impl TaskQueue {
             idle_since: None,
             replay_through: [None, None],
             next_offset: [None, None],
+            end_offset: [EndOffset::Untracked; 2],
+            backlog_given_up_at: [None, None],
         }
     }
 
@@ -63,6 +88,24 @@ impl TaskQueue {
     /// Whether `event` of `side` is replay (already processed by a previous owner).
     pub fn is_replay(&self, side: Side, offset: i64) -> bool {
         self.replay_through[ix(side)].is_some_and(|t| offset <= t)
+    }
+
+    /// The end offset (high watermark) of `side`'s partition as the consumer last saw it; `None`
+    /// while it has not seen one.
+    pub fn set_end_offset(&mut self, side: Side, end: Option<i64>) {
+        self.end_offset[ix(side)] = end.map_or(EndOffset::Unknown, EndOffset::Known);
+    }
+
+    /// Whether `side` may have records on the broker that have not been pushed yet.
+    fn has_backlog(&self, side: Side) -> bool {
+        let i = ix(side);
+        let next = self.next_offset[i];
+        let backlog = match (self.end_offset[i], next) {
+            (EndOffset::Untracked, _) => false,
+            (EndOffset::Known(end), Some(next)) => end > next,
+            (EndOffset::Known(_), None) | (EndOffset::Unknown, _) => true,
+        };
+        backlog && self.backlog_given_up_at[i] != next
     }
 
     pub fn push(&mut self, side: Side, event: Event) {
@@ -159,13 +202,20 @@ impl TaskQueue {
                 None
             }
             (Some(_), None) | (None, Some(_)) => {
-                let side = if self.left.is_empty() {
-                    Side::Right
+                let (side, empty) = if self.left.is_empty() {
+                    (Side::Right, Side::Left)
                 } else {
-                    Side::Left
+                    (Side::Left, Side::Right)
                 };
-                let since = *self.idle_since.get_or_insert(now_ms);
-                (now_ms - since >= self.max_idle_ms).then_some(side)
+                let waited = now_ms - *self.idle_since.get_or_insert(now_ms);
+                if self.has_backlog(empty) {
+                    if waited < BACKLOG_WAIT_MS.max(self.max_idle_ms) {
+                        return None;
+                    }
+                    // Give up on this backlog until the side moves on (`None`: nothing fetched).
+                    self.backlog_given_up_at[ix(empty)] = self.next_offset[ix(empty)];
+                }
+                (waited >= self.max_idle_ms).then_some(side)
             }
         }
     }
@@ -223,6 +273,55 @@ mod tests {
             q.next(100).map(|(s, e)| (s, e.offset)),
             Some((Side::Right, 1))
         );
+    }
+
+    #[test]
+    fn an_empty_side_with_records_on_the_broker_is_waited_for_beyond_max_idle() {
+        let mut q = TaskQueue::new(100);
+        q.set_replay(Side::Left, 0, None);
+        q.set_replay(Side::Right, 0, None);
+        q.push(Side::Left, ev(0, 5_000));
+        // The right partition holds offsets 0..3 on the broker, none fetched yet.
+        q.set_end_offset(Side::Right, Some(3));
+        assert!(q.next(0).is_none());
+        assert!(q.next(5_000).is_none(), "max idle must not apply to a known backlog");
+        q.push(Side::Right, ev(0, 1_000));
+        assert_eq!(q.next(5_001).map(|(s, e)| (s, e.offset)), Some((Side::Right, 0)));
+        // Caught up with what the broker reported: max idle applies again.
+        q.set_end_offset(Side::Right, Some(1));
+        assert!(q.next(5_002).is_none());
+        assert_eq!(q.next(5_102).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    }
+
+    #[test]
+    fn an_empty_side_never_fetched_is_waited_for_until_its_end_offset_is_known() {
+        let mut q = TaskQueue::new(100);
+        q.set_replay(Side::Left, 0, None);
+        q.set_replay(Side::Right, 0, None);
+        q.push(Side::Left, ev(0, 5_000));
+        q.set_end_offset(Side::Right, None);
+        assert!(q.next(1_000).is_none());
+        assert!(q.next(5_000).is_none(), "max idle must not apply before the first fetch");
+        // The first fetch response says the partition is empty: max idle applies.
+        q.set_end_offset(Side::Right, Some(0));
+        assert_eq!(q.next(5_000).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    }
+
+    #[test]
+    fn a_backlog_that_never_arrives_is_waited_for_only_once() {
+        let mut q = TaskQueue::new(100);
+        q.set_replay(Side::Left, 0, None);
+        q.set_replay(Side::Right, 0, None);
+        q.push(Side::Left, ev(0, 10));
+        q.push(Side::Left, ev(1, 20));
+        // A transaction marker at offset 0: the end offset says 1, no record will come.
+        q.set_end_offset(Side::Right, Some(1));
+        assert!(q.next(0).is_none());
+        assert!(q.next(BACKLOG_WAIT_MS - 1).is_none());
+        assert_eq!(q.next(BACKLOG_WAIT_MS).map(|(_, e)| e.offset), Some(0));
+        // Given up at this offset: the next record waits max idle only.
+        assert!(q.next(BACKLOG_WAIT_MS + 1).is_none());
+        assert_eq!(q.next(BACKLOG_WAIT_MS + 101).map(|(_, e)| e.offset), Some(1));
     }
 
     #[test]

@@ -187,6 +187,13 @@ impl PartitionTask {
         }
     }
 
+    /// End offsets (high watermarks) of the left and right partitions as the consumer last saw
+    /// them: a side known to have unfetched records is waited for (see [`TaskQueue`]).
+    pub fn set_end_offsets(&mut self, end: [Option<i64>; 2]) {
+        self.queue.set_end_offset(Side::Left, end[0]);
+        self.queue.set_end_offset(Side::Right, end[1]);
+    }
+
     /// `Some(reason)` once the task stopped on a failure under the `halt` policy.
     pub fn halted(&self) -> Option<&str> {
         self.halted.as_deref()

@@ -285,6 +285,7 @@ impl Host {
                 if task.halted().is_some() {
                     continue;
                 }
+                task.set_end_offsets([left, right].map(|t| cached_high_watermark(&consumer, t, task.partition)));
                 let batch = task.run(now, &mut worker, &mut sleep);
                 if !batch.emits.is_empty() {
                     self.produce(&producer, &batch.emits)?;

@@ -1,0 +1,104 @@
+//! The orders/payments left join on tansu, as the broker suites set it up: a fresh broker per test
+//! with both topics, host processes in one group, the per-partition ticks that close every window,
+//! and the outcomes read back and tallied.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::broker::{ReadRecord, Tansu};
+use crate::hosts::{join_config, HostProcess};
+use crate::plugin;
+use crate::stream::{self, Record, Tally};
+
+pub const PARTITIONS: i32 = 6;
+
+/// The tests share two cores: one broker and its hosts at a time keeps the timings sane.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A fresh directory per test under target/e2e-runs/, kept afterwards: broker and host logs for
+/// a failure's post-mortem.
+pub fn run_dir(test: &str) -> std::path::PathBuf {
+    let dir = crate::root().join("target/e2e-runs").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    eprintln!("logs in {dir:?}");
+    dir
+}
+
+pub fn join_broker(dir: &std::path::Path) -> Tansu {
+    let tansu = Tansu::start(dir);
+    tansu.create_topic("orders", PARTITIONS);
+    tansu.create_topic("payments", PARTITIONS);
+    tansu.create_topic("orders-paid", 1);
+    tansu.create_topic("dlq", 1);
+    tansu
+}
+
+/// One payment per partition far ahead in event time: stream time passes every window, so the
+/// unpaid orders expire.
+pub fn ticks() -> Vec<(Record, i32)> {
+    (0..PARTITIONS)
+        .map(|p| {
+            let r = Record {
+                topic: "payments",
+                key: format!("tick-{p}"),
+                value: "{}".into(),
+                timestamp: stream::BASE_TS + 10_000_000,
+            };
+            (r, p)
+        })
+        .collect()
+}
+
+pub fn order_outputs(records: &[ReadRecord]) -> Vec<(String, String)> {
+    records
+        .iter()
+        .map(|r| {
+            let body: serde_json::Value = serde_json::from_str(&r.value)
+                .unwrap_or_else(|e| panic!("output {:?} is not JSON: {e}", r.value));
+            (
+                body["order_id"].as_str().unwrap_or_default().to_owned(),
+                body["status"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// `n` hosts of the left join in group `group`, with the Rust order-paid plugin.
+pub fn start_hosts(dir: &std::path::Path, tansu: &Tansu, group: &str, n: usize) -> Vec<HostProcess> {
+    let config = join_config(&tansu.bootstrap, group, &plugin("order_paid_rust.wasm"), "left");
+    start_hosts_with(dir, n, &config)
+}
+
+/// `n` hosts, host-0 to host-{n-1}, all with `config`.
+pub fn start_hosts_with(dir: &std::path::Path, n: usize, config: &str) -> Vec<HostProcess> {
+    (0..n).map(|i| HostProcess::start(dir, &format!("host-{i}"), config)).collect()
+}
+
+/// Every host's every assignment held the same partition numbers of both topics.
+pub fn assert_co_partitioned(hosts: &[HostProcess]) {
+    for h in hosts {
+        let assignments = h.assignments();
+        assert!(!assignments.is_empty(), "{} logged no assignment:\n{}", h.name, h.log_text());
+        for (left, right) in &assignments {
+            assert_eq!(left, right, "{}: orders {left:?} vs payments {right:?}", h.name);
+        }
+        eprintln!("{}: assignments {assignments:?}", h.name);
+    }
+}
+
+/// Reads outputs until every expected outcome is there (or 120 s pass), then 3 s more for
+/// stragglers; the tally, which names what is missing if anything is.
+pub fn read_all_outcomes(tansu: &Tansu, expected: &std::collections::BTreeMap<String, &'static str>) -> Tally {
+    let mut reader = tansu.reader("orders-paid", 1);
+    reader.read_while_not(Duration::from_secs(120), |r| {
+        Tally::of(expected, &order_outputs(r)).missing.is_empty()
+    });
+    let records = reader.read_for(Duration::from_secs(3));
+    Tally::of(expected, &order_outputs(records))
+}
+
