@@ -40,3 +40,48 @@ pub struct OutputRecord {
     pub value: Option<Vec<u8>>,
     pub headers: Vec<Header>,
 }
+
+/// A key as a log line can show it: the text when it is short printable UTF-8, else hex
+/// (`0x…`); long keys are cut with `…`.
+pub fn printable_key(key: &[u8]) -> String {
+    const MAX: usize = 64;
+    match std::str::from_utf8(key) {
+        Ok(text) if !text.chars().any(char::is_control) => {
+            let mut shown: String = text.chars().take(MAX).collect();
+            if shown.len() < text.len() {
+                shown.push('…');
+            }
+            shown
+        }
+        _ => {
+            let mut shown = format!("0x{}", hex::encode(&key[..key.len().min(MAX / 2)]));
+            if key.len() > MAX / 2 {
+                shown.push('…');
+            }
+            shown
+        }
+    }
+}
+
+/// `topic/partition@offset` of each event, for a log line.
+pub fn positions<'a>(events: impl IntoIterator<Item = &'a Event>) -> String {
+    events
+        .into_iter()
+        .map(|e| format!("{}/{}@{}", e.topic, e.partition, e.offset))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable_key;
+
+    #[test]
+    fn keys_print_as_text_when_they_can_and_as_hex_otherwise() {
+        assert_eq!(printable_key(b"order-7"), "order-7");
+        assert_eq!(printable_key(&[0xff, 0x00, 0x10]), "0xff0010");
+        assert_eq!(printable_key(b"a\nb"), "0x610a62");
+        assert_eq!(printable_key(&[b'x'; 70]).chars().count(), 65);
+        assert!(printable_key(&[0u8; 40]).ends_with('…'));
+    }
+}

@@ -242,7 +242,8 @@ mod tests {
     #[test]
     fn the_grafana_dashboard_queries_only_metrics_the_host_exports() {
         let dashboard = include_str!("../../examples/grafana/cojoin-dashboard.json");
-        let families: Vec<&str> = render(&Snapshot::default())
+        let page = render(&Snapshot::default());
+        let families: Vec<&str> = page
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))
             .filter_map(|l| l.split_whitespace().next())

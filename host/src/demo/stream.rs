@@ -72,7 +72,8 @@ const NO_DELAY_AT_THE_END_MS: i64 = 60_000;
 
 /// About `events` records (orders and their payments), sorted by arrival, with each order's fate.
 pub fn generate(events: usize, seed: u64) -> (Vec<Planned>, Vec<Fate>) {
-    let mut rng = Rng(seed | 1);
+    // xorshift needs a non-zero state; 2s+1 keeps every seed distinct.
+    let mut rng = Rng(seed.wrapping_mul(2).wrapping_add(1));
     // Orders with their payment's time, decided first: the end of the stream changes some fates.
     let mut orders = Vec::new();
     let mut records = 0;

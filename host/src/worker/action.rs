@@ -4,13 +4,19 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::event::{Event, OutputRecord, Side};
+use crate::event::{positions, printable_key, Event, OutputRecord, Side};
 use crate::metrics::CallStats;
 use crate::plugin::{CallError, PluginWorker};
 use crate::task::{Action, ActionFailure};
 
-fn failure(e: CallError) -> ActionFailure {
-    tracing::warn!(kind = e.kind(), "{e}");
+/// Logs a failed call with what it was called on, and turns it into the task's failure.
+fn failure(e: CallError, key: &[u8], events: &[&Event]) -> ActionFailure {
+    tracing::warn!(
+        kind = e.kind(),
+        key = %printable_key(key),
+        records = %positions(events.iter().copied()),
+        "plugin call failed: {e}"
+    );
     ActionFailure {
         kind: e.kind(),
         message: e.message().to_owned(),
@@ -38,6 +44,8 @@ impl MeteredWorker {
 
     fn observe<T>(
         &mut self,
+        key: &[u8],
+        events: &[&Event],
         call: impl FnOnce(&mut PluginWorker) -> Result<T, CallError>,
     ) -> Result<T, ActionFailure> {
         let started = Instant::now();
@@ -50,7 +58,7 @@ impl MeteredWorker {
         }
         let stats = self.calls.get_mut(&**label).expect("inserted above");
         stats.observe(took, result.as_ref().err().map(CallError::kind));
-        result.map_err(failure)
+        result.map_err(|e| failure(e, key, events))
     }
 }
 
@@ -61,7 +69,7 @@ impl Action for MeteredWorker {
         left: &Event,
         right: &Event,
     ) -> Result<Vec<OutputRecord>, ActionFailure> {
-        self.observe(|w| w.on_match(key, left, right))
+        self.observe(key, &[left, right], |w| w.on_match(key, left, right))
     }
 
     fn on_expire(
@@ -70,7 +78,7 @@ impl Action for MeteredWorker {
         event: &Event,
         side: Side,
     ) -> Result<Vec<OutputRecord>, ActionFailure> {
-        self.observe(|w| w.on_expire(key, event, side))
+        self.observe(key, &[event], |w| w.on_expire(key, event, side))
     }
 
     fn version(&self) -> String {

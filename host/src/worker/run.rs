@@ -513,6 +513,13 @@ impl Host {
                                 plugin_version.clone(),
                             ),
                         };
+                        tracing::warn!(
+                            kind,
+                            key = %crate::event::printable_key(&input.key),
+                            record = %crate::event::positions([&**input]),
+                            dead_letter_topic = dlq,
+                            "dead-lettered: {message}"
+                        );
                         let (partition, offset, ts) = (
                             input.partition.to_string(),
                             input.offset.to_string(),
