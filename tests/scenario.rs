@@ -102,3 +102,27 @@ pub fn read_all_outcomes(tansu: &Tansu, expected: &std::collections::BTreeMap<St
     Tally::of(expected, &order_outputs(records))
 }
 
+
+/// What each host and the dead-letter topic say, for a failure message: the hosts' counters from
+/// `/metrics` and the keys that were dead-lettered (with why).
+pub fn post_mortem(tansu: &Tansu, hosts: &[HostProcess]) -> String {
+    let mut out = String::new();
+    for h in hosts {
+        let url = h.admin_url(Duration::from_secs(1));
+        let page = crate::http::get(&format!("{url}/metrics")).body;
+        let counters: Vec<String> = page
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.starts_with("cojoin_") && l.contains("_total"))
+            .map(str::to_owned)
+            .collect();
+        out.push_str(&format!("{}: {}\n", h.name, counters.join(", ")));
+    }
+    let mut dlq = tansu.reader("dlq", 1);
+    let dead: Vec<String> = dlq
+        .read_for(Duration::from_secs(2))
+        .iter()
+        .map(|r| format!("{} ({})", r.key, r.header("cojoin.error.kind").unwrap_or("?")))
+        .collect();
+    out.push_str(&format!("dead letters: {dead:?}\n"));
+    out
+}

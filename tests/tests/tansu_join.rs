@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use cojoin_e2e::broker::Tansu;
 use cojoin_e2e::hosts::{join_config, wait_for_stable_group, HostProcess};
 use cojoin_e2e::scenario::{
-    assert_co_partitioned, join_broker, read_all_outcomes, run_dir, serial, start_hosts, ticks, PARTITIONS,
+    assert_co_partitioned, join_broker, post_mortem, read_all_outcomes, run_dir, serial, start_hosts, ticks, PARTITIONS,
 };
 use cojoin_e2e::stream::{self, Record};
 use cojoin_e2e::{cojoin, plugin};
@@ -88,7 +88,7 @@ fn kill_mid_stream_and_restart(test: &str, n: usize, down: Duration) {
         tally.duplicates,
         t.elapsed()
     );
-    assert!(tally.complete(), "{tally:?}");
+    assert!(tally.complete(), "{tally:?}\n{}", post_mortem(&tansu, &hosts));
     assert_eq!((tally.matches, tally.expiries), (450, 150));
     assert_co_partitioned(&hosts);
 }

@@ -92,8 +92,15 @@ impl TaskQueue {
 
     /// The end offset (high watermark) of `side`'s partition as the consumer last saw it; `None`
     /// while it has not seen one.
+    /// End offsets only grow: a report lower than one seen before (a stale cache) is ignored.
     pub fn set_end_offset(&mut self, side: Side, end: Option<i64>) {
-        self.end_offset[ix(side)] = end.map_or(EndOffset::Unknown, EndOffset::Known);
+        let i = ix(side);
+        self.end_offset[i] = match (self.end_offset[i], end) {
+            (EndOffset::Known(old), Some(new)) => EndOffset::Known(old.max(new)),
+            (EndOffset::Known(old), None) => EndOffset::Known(old),
+            (_, Some(new)) => EndOffset::Known(new),
+            (_, None) => EndOffset::Unknown,
+        };
     }
 
     /// Whether `side` may have records on the broker that have not been pushed yet.
@@ -287,10 +294,15 @@ mod tests {
         assert!(q.next(5_000).is_none(), "max idle must not apply to a known backlog");
         q.push(Side::Right, ev(0, 1_000));
         assert_eq!(q.next(5_001).map(|(s, e)| (s, e.offset)), Some((Side::Right, 0)));
-        // Caught up with what the broker reported: max idle applies again.
+        // A stale report below what was seen before changes nothing: offsets 1 and 2 are awaited.
         q.set_end_offset(Side::Right, Some(1));
-        assert!(q.next(5_002).is_none());
-        assert_eq!(q.next(5_102).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+        assert!(q.next(5_102).is_none());
+        q.push(Side::Right, ev(1, 1_100));
+        q.push(Side::Right, ev(2, 1_200));
+        assert_eq!(drain(&mut q, 5_102).len(), 2);
+        // Caught up with what the broker reported: max idle applies again.
+        assert!(q.next(5_103).is_none());
+        assert_eq!(q.next(5_203).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
     }
 
     #[test]

@@ -395,7 +395,17 @@ impl Host {
             tracing::info!(task = p, left_offset = start[0].offset, right_offset = start[1].offset,
                 left_processed_through = ?start[0].processed_through, right_processed_through = ?start[1].processed_through,
                 "task assigned");
-            tasks.insert(p, PartitionTask::new(p, policy.clone(), start));
+            let mut task = PartitionTask::new(p, policy.clone(), start);
+            // The consumer's cached end offsets may predate this assignment (kept from an earlier
+            // one): ask the broker, so the task waits for records already there (see TaskQueue).
+            task.set_end_offsets([left, right].map(|t| match consumer.fetch_watermarks(t, p, TIMEOUT) {
+                Ok((_, high)) => Some(high),
+                Err(e) => {
+                    tracing::warn!(topic = t, partition = p, "end offset unknown until the first fetch: {e}");
+                    None
+                }
+            }));
+            tasks.insert(p, task);
         }
         Ok(())
     }
