@@ -52,6 +52,8 @@ pub struct TaskQueue {
     next_offset: [Option<i64>; 2],
     /// Per side: the partition's end offset (high watermark) as last seen by the consumer.
     end_offset: [EndOffset; 2],
+    /// Per side: see [`TaskQueue::set_end_offset_floor`].
+    end_floor: [i64; 2],
     /// Per side: the next offset at which waiting for the backlog was given up; the backlog is
     /// ignored until that side moves on.
     backlog_given_up_at: [Option<i64>; 2],
@@ -74,6 +76,7 @@ impl TaskQueue {
             replay_through: [None, None],
             next_offset: [None, None],
             end_offset: [EndOffset::Untracked; 2],
+            end_floor: [0; 2],
             backlog_given_up_at: [None, None],
         }
     }
@@ -90,16 +93,20 @@ impl TaskQueue {
         self.replay_through[ix(side)].is_some_and(|t| offset <= t)
     }
 
-    /// The end offset (high watermark) of `side`'s partition as the consumer last saw it; `None`
-    /// while it has not seen one.
-    /// End offsets only grow: a report lower than one seen before (a stale cache) is ignored.
+    /// The end offset the broker reported when the task was assigned. The consumer's cached end
+    /// offsets can predate the assignment (kept from an earlier one); a report below this floor is
+    /// such a stale one and counts as unknown.
+    pub fn set_end_offset_floor(&mut self, side: Side, floor: i64) {
+        self.end_floor[ix(side)] = floor;
+    }
+
+    /// The end offset (high watermark) of `side`'s partition as the consumer last saw it in a
+    /// fetch response; `None` while it has seen none.
     pub fn set_end_offset(&mut self, side: Side, end: Option<i64>) {
         let i = ix(side);
-        self.end_offset[i] = match (self.end_offset[i], end) {
-            (EndOffset::Known(old), Some(new)) => EndOffset::Known(old.max(new)),
-            (EndOffset::Known(old), None) => EndOffset::Known(old),
-            (_, Some(new)) => EndOffset::Known(new),
-            (_, None) => EndOffset::Unknown,
+        self.end_offset[i] = match end.filter(|&e| e >= self.end_floor[i]) {
+            Some(e) => EndOffset::Known(e),
+            None => EndOffset::Unknown,
         };
     }
 
@@ -294,8 +301,7 @@ mod tests {
         assert!(q.next(5_000).is_none(), "max idle must not apply to a known backlog");
         q.push(Side::Right, ev(0, 1_000));
         assert_eq!(q.next(5_001).map(|(s, e)| (s, e.offset)), Some((Side::Right, 0)));
-        // A stale report below what was seen before changes nothing: offsets 1 and 2 are awaited.
-        q.set_end_offset(Side::Right, Some(1));
+        // Offsets 1 and 2 are awaited.
         assert!(q.next(5_102).is_none());
         q.push(Side::Right, ev(1, 1_100));
         q.push(Side::Right, ev(2, 1_200));
@@ -317,6 +323,25 @@ mod tests {
         // The first fetch response says the partition is empty: max idle applies.
         q.set_end_offset(Side::Right, Some(0));
         assert_eq!(q.next(5_000).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    }
+
+    #[test]
+    fn a_cached_end_offset_older_than_the_assignment_is_not_trusted() {
+        let mut q = TaskQueue::new(100);
+        q.set_replay(Side::Left, 0, None);
+        q.set_replay(Side::Right, 0, None);
+        q.push(Side::Left, ev(0, 5_000));
+        // At assignment the broker said 2; the consumer's cache still says 0 from before.
+        q.set_end_offset_floor(Side::Right, 2);
+        q.set_end_offset(Side::Right, Some(0));
+        assert!(q.next(0).is_none());
+        assert!(q.next(5_000).is_none(), "unknown until a fetch response at or past the floor");
+        q.set_end_offset(Side::Right, Some(2));
+        assert!(q.next(5_001).is_none(), "offsets 0 and 1 are on the broker");
+        q.push(Side::Right, ev(0, 100));
+        q.push(Side::Right, ev(1, 200));
+        assert_eq!(drain(&mut q, 5_001).len(), 2);
+        assert_eq!(q.next(5_101).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
     }
 
     #[test]

@@ -194,6 +194,13 @@ impl PartitionTask {
         self.queue.set_end_offset(Side::Right, end[1]);
     }
 
+    /// End offsets of the left and right partitions as the broker reported them when the task was
+    /// assigned: cached reports below them are stale (see [`TaskQueue::set_end_offset_floor`]).
+    pub fn set_end_offset_floors(&mut self, floor: [i64; 2]) {
+        self.queue.set_end_offset_floor(Side::Left, floor[0]);
+        self.queue.set_end_offset_floor(Side::Right, floor[1]);
+    }
+
     /// `Some(reason)` once the task stopped on a failure under the `halt` policy.
     pub fn halted(&self) -> Option<&str> {
         self.halted.as_deref()

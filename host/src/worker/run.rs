@@ -397,12 +397,12 @@ impl Host {
                 "task assigned");
             let mut task = PartitionTask::new(p, policy.clone(), start);
             // The consumer's cached end offsets may predate this assignment (kept from an earlier
-            // one): ask the broker, so the task waits for records already there (see TaskQueue).
-            task.set_end_offsets([left, right].map(|t| match consumer.fetch_watermarks(t, p, TIMEOUT) {
-                Ok((_, high)) => Some(high),
+            // one): the broker's answer now is the floor below which they are not trusted.
+            task.set_end_offset_floors([left, right].map(|t| match consumer.fetch_watermarks(t, p, TIMEOUT) {
+                Ok((_, high)) => high,
                 Err(e) => {
-                    tracing::warn!(topic = t, partition = p, "end offset unknown until the first fetch: {e}");
-                    None
+                    tracing::warn!(topic = t, partition = p, "end offset not known until the first fetch: {e}");
+                    0
                 }
             }));
             tasks.insert(p, task);
