@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Produce a deterministic left/right data set for the join benchmarks and print the expected
+number of matches.
+
+Record i (0 <= i < --records) has key "k-<i % keys>" on both topics. Left (an order) is at
+base + i*step; right (a payment) is at left + d, where |d| <= window for even i (a partner within
+the window, the edges -window and +window included) and window < |d| <= 1.5*window for odd i
+(just outside). Each topic is produced in timestamp order. Values are JSON objects padded to
+--value-bytes. The expected count is computed by brute force over the generated timestamps:
+pairs (a, b) of the same key, a on the left, b on the right, with |ts(a) - ts(b)| <= window.
+With the default --keys (= --records) every key has one event per side, so expected = records/2.
+
+Keys are spread with librdkafka's "murmur2_random" partitioner (the Java client's default), so
+both topics put a key in the same partition number, as a co-partitioned join needs.
+"""
+
+import argparse
+import bisect
+import json
+import random
+import sys
+import time
+from collections import defaultdict
+
+from confluent_kafka import Producer
+
+
+def padded(obj: dict, size: int) -> bytes:
+    obj = dict(obj, pad="")
+    raw = json.dumps(obj, separators=(",", ":")).encode()
+    if len(raw) < size:
+        obj["pad"] = "x" * (size - len(raw))
+        raw = json.dumps(obj, separators=(",", ":")).encode()
+    return raw
+
+
+def generate(n, keys, window, step, base, seed, unsorted_right=False):
+    rng = random.Random(seed)
+    left, right = [], []
+    for i in range(n):
+        key = f"k-{i % keys}"
+        tl = base + i * step
+        if i % 2 == 0:
+            edge = i % 10
+            d = window if edge == 0 else -window if edge == 2 else rng.randint(-window, window)
+        else:
+            d = rng.choice((-1, 1)) * (window + 1 + rng.randint(0, window // 2))
+        left.append((tl, key, i))
+        right.append((tl + d, key, i))
+    if not unsorted_right:
+        right.sort()
+    return left, right
+
+
+def expected_matches(left, right, window):
+    by_key = defaultdict(list)
+    for ts, key, _ in right:
+        by_key[key].append(ts)
+    for v in by_key.values():
+        v.sort()
+    total = 0
+    for ts, key, _ in left:
+        rts = by_key.get(key)
+        if rts:
+            total += bisect.bisect_right(rts, ts + window) - bisect.bisect_left(rts, ts - window)
+    return total
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bootstrap", default="127.0.0.1:9092")
+    p.add_argument("--left", default="left")
+    p.add_argument("--right", default="right")
+    p.add_argument("--records", type=int, default=20000, help="records per topic")
+    p.add_argument("--keys", type=int, default=0, help="distinct keys (default: --records, all unique)")
+    p.add_argument("--window-ms", type=int, default=1000)
+    p.add_argument("--step-ms", type=int, default=10, help="event-time gap between consecutive left records")
+    p.add_argument("--base-ts", type=int, default=1_700_000_000_000)
+    p.add_argument("--value-bytes", type=int, default=100)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=1,
+        help="librdkafka batch.num.messages; 1 (default) because tansu 0.6 returns nothing for a "
+        "fetch that starts inside a record batch (a resume or restart mid-batch would stall)",
+    )
+    p.add_argument(
+        "--unsorted-right",
+        action="store_true",
+        help="produce right records in left order (out of timestamp order by up to 2.5*window) "
+        "instead of sorted by timestamp; a join needs grace >= 2.5*window to see every pair",
+    )
+    p.add_argument("--dry-run", action="store_true", help="only print the expected count")
+    a = p.parse_args()
+    keys = a.keys or a.records
+
+    left, right = generate(a.records, keys, a.window_ms, a.step_ms, a.base_ts, a.seed, a.unsorted_right)
+    expected = expected_matches(left, right, a.window_ms)
+    started = time.monotonic()
+    if not a.dry_run:
+        producer = Producer(
+            {
+                "bootstrap.servers": a.bootstrap,
+                "partitioner": "murmur2_random",
+                "batch.num.messages": a.batch_size,
+                "linger.ms": 5,
+                "queue.buffering.max.messages": 1_000_000,
+                "acks": "all",
+            }
+        )
+        errors = []
+
+        def on_delivery(err, _msg):
+            if err is not None:
+                errors.append(err)
+
+        for topic, events, make in (
+            (a.left, left, lambda i: {"id": i, "amount": round(5 + (i * 7919 % 50000) / 100, 2), "customer": f"c-{i % 997}"}),
+            (a.right, right, lambda i: {"id": i, "method": "card" if i % 3 else "transfer"}),
+        ):
+            for ts, key, i in events:
+                while True:
+                    try:
+                        producer.produce(topic, key=key.encode(), value=padded(make(i), a.value_bytes), timestamp=ts, on_delivery=on_delivery)
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+                producer.poll(0)
+        remaining = producer.flush(60)
+        if remaining or errors:
+            print(f"produce failed: {remaining} undelivered, {len(errors)} errors, first: {errors[:1]}", file=sys.stderr)
+            sys.exit(1)
+    print(
+        json.dumps(
+            {
+                "left": len(left),
+                "right": len(right),
+                "records": len(left) + len(right),
+                "keys": keys,
+                "window_ms": a.window_ms,
+                "expected_matches": expected,
+                "produce_seconds": round(time.monotonic() - started, 3),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
