@@ -2,6 +2,7 @@
 #   make demo    build the host and the example plugins, run the join on an embedded broker
 #   make test    everything CI runs: plugins in three languages, then the test suite
 #   make bench   plugin call and load benchmarks (prints a table)
+#   make bench-join  the join on tansu against the bare consumer and the Python peers (a table, ratios)
 #   make plugins build every plugin component into build/plugins/
 #   make tansu   install the tansu broker the end-to-end tests run (once)
 
@@ -19,7 +20,7 @@ HOST := target/release/cojoin
 TANSU_VERSION := 0.6.0
 TANSU := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin/tansu
 
-.PHONY: all demo test bench plugins setup wasm-target host rust-plugins tansu
+.PHONY: all demo test bench bench-join plugins setup wasm-target host rust-plugins tansu
 all: plugins host
 
 # --- toolchains ---------------------------------------------------------------------------------
@@ -33,6 +34,13 @@ $(COMPONENTIZE_PY): plugins/python/requirements.txt
 
 $(COMPONENTIZE_JS): plugins/js/package.json plugins/js/package-lock.json
 	cd plugins/js && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# The Python peers of the join benchmark (confluent-kafka, Quix Streams), in their own venv.
+VENV_BENCH := .venv-bench
+$(VENV_BENCH)/.installed: host/benches/peers/requirements.txt
+	@test -x $(VENV_BENCH)/bin/python || $(PY) -m venv $(VENV_BENCH)
+	$(VENV_BENCH)/bin/pip install --quiet --disable-pip-version-check -r $<
 	@touch $@
 
 $(TANSU):
@@ -70,8 +78,11 @@ $(OUT)/noop_js.wasm: plugins/js/noop.js wit/plugin.wit $(COMPONENTIZE_JS)
 plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm $(OUT)/noop_python.wasm $(OUT)/noop_js.wasm
 
 # --- host ---------------------------------------------------------------------------------------
+# Built as the tests build it (`cargo test --no-run` also builds the cojoin binary): a plain
+# `cargo build -p cojoin` resolves dependency features without the dev-dependencies, so `make test`
+# afterwards would compile wasmtime a second time (about 7 minutes here).
 host:
-	$(CARGO) build --release -p cojoin
+	$(CARGO) test --release --workspace --no-run
 
 demo: plugins host
 	$(HOST) demo --plugin $(OUT)/order_paid_python.wasm
@@ -86,3 +97,7 @@ test: plugins tansu
 
 bench: plugins
 	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) bench -p cojoin --bench plugin_call
+
+bench-join: plugins host tansu $(VENV_BENCH)/.installed
+	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) TANSU_BIN=$(TANSU) PYTHON_BENCH=$(CURDIR)/$(VENV_BENCH)/bin/python \
+	  $(CARGO) bench -p cojoin-e2e --bench join

@@ -531,13 +531,15 @@ impl Host {
                                 plugin_version.clone(),
                             ),
                         };
-                        tracing::warn!(
-                            kind,
-                            key = %crate::event::printable_key(&input.key),
-                            record = %crate::event::positions([&**input]),
-                            dead_letter_topic = dlq,
-                            "dead-lettered: {message}"
-                        );
+                        // A plugin failure is a warning; a record routed by policy (late, no key,
+                        // tombstone) is expected traffic, counted in the metrics.
+                        let key = crate::event::printable_key(&input.key);
+                        let record = crate::event::positions([&**input]);
+                        if matches!(d.reason, DeadLetterReason::Failed { .. }) {
+                            tracing::warn!(kind, %key, %record, dead_letter_topic = dlq, "dead-lettered: {message}");
+                        } else {
+                            tracing::info!(kind, %key, %record, dead_letter_topic = dlq, "dead-lettered: {message}");
+                        }
                         let (partition, offset, ts) = (
                             input.partition.to_string(),
                             input.offset.to_string(),

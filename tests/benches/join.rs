@@ -1,0 +1,331 @@
+//! The join benchmark (`make bench-join`): one generated data set on a tansu broker, then in turn
+//! - the bare consumer: rdkafka reading both topics and doing nothing (this binary, `--bare`);
+//! - `cojoin run` with the Rust no-op, the Rust order-paid, the Python and the JS plugin;
+//! - the hand-written Python join (confluent-kafka) and the Quix Streams interval join, from
+//!   host/benches/peers/ — the same inner join.
+//! For each: records/s (first record to last), matches, CPU seconds and peak RSS of the process
+//! (GNU time); every system must report the expected match count, or the table says which is wrong.
+//! Then the ratios the project targets.
+//!
+//! Environment: BENCH_RECORDS (per topic, default 200000), BENCH_SYSTEMS (comma-separated names to
+//! run, default all), PYTHON_BENCH (default .venv-bench/bin/python).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cojoin_e2e::broker::Tansu;
+use cojoin_e2e::http::{get, sample};
+use cojoin_e2e::{cojoin_bin, plugin, root};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+const PARTITIONS: i32 = 6;
+const WINDOW_MS: u64 = 1_000;
+const GRACE_MS: u64 = 1_000;
+
+/// What one system did.
+#[derive(Debug, Default)]
+struct Figures {
+    system: String,
+    records: u64,
+    matches: u64,
+    /// First record to last.
+    seconds: f64,
+    cpu_seconds: f64,
+    peak_rss_mib: f64,
+}
+
+impl Figures {
+    fn rate(&self) -> f64 {
+        self.records as f64 / self.seconds.max(1e-9)
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--bare") {
+        bare(&args[2], args[3].parse().unwrap());
+        return;
+    }
+    if args.iter().any(|a| a == "--list") {
+        return;
+    }
+    let records: u64 = env_or("BENCH_RECORDS", 200_000);
+    let python = std::env::var("PYTHON_BENCH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join(".venv-bench/bin/python"));
+    let wanted: Option<Vec<String>> =
+        std::env::var("BENCH_SYSTEMS").ok().map(|s| s.split(',').map(str::to_owned).collect());
+    let run = |name: &str| wanted.as_ref().is_none_or(|w| w.iter().any(|x| x == name));
+
+    let dir = root().join("target/bench-runs/join");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let tansu = Tansu::start(&dir);
+    for topic in ["left", "right"] {
+        tansu.create_topic(topic, PARTITIONS);
+    }
+    tansu.create_topic("bench-out", PARTITIONS);
+    tansu.create_topic("bench-dlq", 1);
+
+    let peers = root().join("host/benches/peers");
+    eprintln!("producing {records} records per topic…");
+    let out = Command::new(&python)
+        .arg(peers.join("produce.py"))
+        .args(["--bootstrap", &tansu.bootstrap, "--left", "left", "--right", "right"])
+        .args(["--records", &records.to_string(), "--window-ms", &WINDOW_MS.to_string()])
+        .args(["--batch-size", "10000"])
+        .output()
+        .expect("running produce.py (make bench-join sets up .venv-bench)");
+    assert!(out.status.success(), "produce.py: {}", String::from_utf8_lossy(&out.stderr));
+    let produced: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let expected = produced["expected_matches"].as_u64().unwrap();
+    let total = produced["records"].as_u64().unwrap();
+    eprintln!("{produced}");
+
+    let mut table = Vec::new();
+    if run("bare") {
+        table.push(timed("bare consumer", Command::new(std::env::current_exe().unwrap()).args([
+            "--bare",
+            &tansu.bootstrap,
+            &total.to_string(),
+        ])));
+    }
+    for (name, wasm) in [
+        ("cojoin-noop", "noop.wasm"),
+        ("cojoin-rust", "order_paid_rust.wasm"),
+        ("cojoin-python", "order_paid_python.wasm"),
+        ("cojoin-js", "order_paid_js.wasm"),
+    ] {
+        if run(name) {
+            table.push(cojoin_run(name, &dir, &tansu.bootstrap, &plugin(wasm), total, expected));
+        }
+    }
+    for (name, script) in [("python-handwritten", "handwritten_join.py"), ("quixstreams", "quix_join.py")] {
+        if run(name) {
+            let mut cmd = Command::new(&python);
+            cmd.arg(peers.join(script))
+                .args(["--bootstrap", &tansu.bootstrap, "--left", "left", "--right", "right"])
+                .args(["--window-ms", &WINDOW_MS.to_string(), "--grace-ms", &GRACE_MS.to_string()])
+                .args(["--expect", &total.to_string()]);
+            table.push(timed(name, &mut cmd));
+        }
+    }
+    report(&table, expected, records);
+}
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The limit: read every partition of both topics from the start, touching nothing.
+fn bare(bootstrap: &str, expect: u64) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "bench-bare")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for topic in ["left", "right"] {
+        for p in 0..PARTITIONS {
+            tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        }
+    }
+    consumer.assign(&tpl).unwrap();
+    let (mut n, mut first) = (0u64, None);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while n < expect && Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            m.expect("consuming");
+            first.get_or_insert_with(Instant::now);
+            n += 1;
+        }
+    }
+    let seconds = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    println!("{}", serde_json::json!({"records": n, "matches": null, "seconds": seconds}));
+}
+
+/// Runs `cmd` under GNU time; its last stdout line is a JSON object with records, matches, seconds.
+fn timed(system: &str, cmd: &mut Command) -> Figures {
+    eprintln!("running {system}…");
+    let program = cmd.get_program().to_owned();
+    let args: Vec<_> = cmd.get_args().map(ToOwned::to_owned).collect();
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "TIME %U %S %M"])
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running /usr/bin/time");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stdout.lines().rev().find(|l| l.starts_with('{'));
+    let Some(Ok(v)) = line.map(serde_json::from_str::<serde_json::Value>) else {
+        panic!("{system} printed no result:\n{stdout}\n{stderr}");
+    };
+    let mut f = Figures {
+        system: system.to_owned(),
+        records: v["records"].as_u64().unwrap_or(0),
+        matches: v["matches"].as_u64().unwrap_or(0),
+        seconds: v["seconds"].as_f64().unwrap_or(0.0),
+        ..Figures::default()
+    };
+    (f.cpu_seconds, f.peak_rss_mib) = gnu_time(&stderr);
+    f
+}
+
+/// (user + system CPU seconds, peak RSS MiB) from GNU time's `TIME %U %S %M` line.
+fn gnu_time(stderr: &str) -> (f64, f64) {
+    let line = stderr.lines().rev().find_map(|l| l.strip_prefix("TIME ")).unwrap_or("0 0 0");
+    let n: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    (n.first().unwrap_or(&0.0) + n.get(1).unwrap_or(&0.0), n.get(2).unwrap_or(&0.0) / 1024.0)
+}
+
+/// `cojoin run` on the data set: throughput from its `/metrics` (first record consumed to the
+/// last), then SIGTERM, and CPU and peak RSS from GNU time.
+fn cojoin_run(system: &str, dir: &Path, bootstrap: &str, wasm: &Path, total: u64, expected: u64) -> Figures {
+    eprintln!("running {system}…");
+    let config = dir.join(format!("{system}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[kafka]
+bootstrap_servers = "{bootstrap}"
+group_id = "bench-{system}"
+[kafka.options]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+[join]
+left = "left"
+right = "right"
+kind = "inner"
+window = "{WINDOW_MS}ms"
+grace = "{GRACE_MS}ms"
+[plugin]
+path = "{}"
+watch = false
+[output]
+topic = "bench-out"
+dead_letter_topic = "bench-dlq"
+[admin]
+bind = "127.0.0.1:0"
+"#,
+            wasm.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.join(format!("{system}.log"));
+    let mut child = Command::new("/usr/bin/time")
+        .args(["-f", "TIME %U %S %M", "-o"])
+        .arg(dir.join(format!("{system}.time")))
+        .arg(cojoin_bin())
+        .args(["--log-format", "json", "run", "--config"])
+        .arg(&config)
+        .env("COJOIN_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = admin_url(&log);
+    // From the first record consumed until every record is consumed and every expected match
+    // made (or, when matches fall short, until they stop moving for 5 s: the table flags it).
+    let (mut first, mut last) = (None, None);
+    let mut page = String::new();
+    let mut seen = (0.0, 0.0, Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(900);
+    while Instant::now() < deadline {
+        page = get(&format!("{url}/metrics")).body;
+        let consumed = sample(&page, "cojoin_records_consumed_total{topic=\"left\"}").unwrap_or(0.0)
+            + sample(&page, "cojoin_records_consumed_total{topic=\"right\"}").unwrap_or(0.0);
+        let matches = sample(&page, "cojoin_matches_total").unwrap_or(0.0);
+        if consumed > 0.0 {
+            first.get_or_insert_with(Instant::now);
+        }
+        if (consumed, matches) != (seen.0, seen.1) {
+            seen = (consumed, matches, Instant::now());
+        }
+        if consumed as u64 >= total && (matches as u64 >= expected || seen.2.elapsed() > Duration::from_secs(5)) {
+            last = Some(if matches as u64 >= expected { Instant::now() } else { seen.2 });
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let matches = sample(&page, "cojoin_matches_total").unwrap_or(0.0) as u64;
+    let held = (0..PARTITIONS)
+        .map(|p| {
+            (
+                sample(&page, &format!("cojoin_state_events{{task=\"{p}\"}}")).unwrap_or(0.0),
+                sample(&page, &format!("cojoin_state_bytes{{task=\"{p}\"}}")).unwrap_or(0.0),
+            )
+        })
+        .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+    if held.0 > 0.0 {
+        eprintln!("{system}: {} events held, {:.0} bytes each", held.0, held.1 / held.0);
+    }
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let _ = child.wait();
+    let time = std::fs::read_to_string(dir.join(format!("{system}.time"))).unwrap_or_default();
+    let (cpu_seconds, peak_rss_mib) = gnu_time(&time);
+    let seconds = match (first, last) {
+        (Some(f), Some(l)) => (l - f).as_secs_f64(),
+        _ => panic!("{system} did not consume all {total} records; log in {log:?}"),
+    };
+    Figures { system: system.to_owned(), records: total, matches, seconds, cpu_seconds, peak_rss_mib }
+}
+
+fn admin_url(log: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(url) = text.lines().find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            v["fields"]["message"].as_str()?.starts_with("admin server listening").then_some(())?;
+            v["fields"]["url"].as_str().map(str::to_owned)
+        }) {
+            return url;
+        }
+        assert!(Instant::now() < deadline, "no admin URL in {log:?}:\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn report(table: &[Figures], expected: u64, records: u64) {
+    println!("\njoin benchmark: {records} + {records} records, 100-byte values, window {WINDOW_MS} ms, grace {GRACE_MS} ms; expected matches {expected}");
+    println!("{:<20} {:>12} {:>12} {:>9} {:>9} {:>10}  {}", "system", "records/s", "matches/s", "matches", "CPU s", "peak MiB", "check");
+    for f in table {
+        let check = if f.system == "bare consumer" {
+            "-".to_owned()
+        } else if f.matches == expected {
+            "ok".to_owned()
+        } else {
+            format!("WRONG: {} matches, expected {expected}", f.matches)
+        };
+        let matches_per_s = f.matches as f64 / f.seconds.max(1e-9);
+        println!(
+            "{:<20} {:>12.0} {:>12.0} {:>9} {:>9.2} {:>10.1}  {check}",
+            f.system,
+            f.rate(),
+            matches_per_s,
+            f.matches,
+            f.cpu_seconds,
+            f.peak_rss_mib
+        );
+    }
+    let rate = |name: &str| table.iter().find(|f| f.system == name).map(Figures::rate);
+    println!();
+    for (a, b, target) in [
+        ("cojoin-rust", "bare consumer", 0.7),
+        ("cojoin-python", "python-handwritten", 20.0),
+        ("cojoin-python", "quixstreams", 3.0),
+        ("cojoin-rust", "quixstreams", 10.0),
+    ] {
+        if let (Some(x), Some(y)) = (rate(a), rate(b)) {
+            println!("{a} / {b}: {:.2} (target >= {target})", x / y);
+        }
+    }
+}
