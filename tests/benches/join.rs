@@ -266,8 +266,9 @@ bind = "127.0.0.1:0"
     if held.0 > 0.0 {
         eprintln!("{system}: {} events held, {:.0} bytes each", held.0, held.1 / held.0);
     }
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(status.success());
+    // SIGTERM to cojoin itself (the child of GNU time), which then reports its usage.
+    let status = Command::new("pkill").args(["-TERM", "-P", &child.id().to_string()]).status().unwrap();
+    assert!(status.success(), "no cojoin process under GNU time");
     let _ = child.wait();
     let time = std::fs::read_to_string(dir.join(format!("{system}.time"))).unwrap_or_default();
     let (cpu_seconds, peak_rss_mib) = gnu_time(&time);
