@@ -51,7 +51,13 @@ impl Tansu {
         let log = dir.join("tansu.log");
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(tansu_bin())
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
             .args(["--storage-engine", "memory://tansu/"])
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -75,7 +81,10 @@ impl Tansu {
             .create()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while consumer.fetch_metadata(None, Duration::from_secs(1)).is_err() {
+        while consumer
+            .fetch_metadata(None, Duration::from_secs(1))
+            .is_err()
+        {
             assert!(
                 Instant::now() < deadline,
                 "tansu not answering after 30 s; see {:?}",
@@ -109,7 +118,10 @@ impl Tansu {
     /// nothing (seen here: 10 records in one batch, a fetch from offset 5 returns none of 5..9),
     /// so a host restarting from a commit in the middle of a batch would never read the rest of
     /// it. Apache Kafka returns the batch and the client skips to the offset.
-    pub fn producer_for(bootstrap: &str, partitioner: &str) -> ThreadedProducer<DefaultProducerContext> {
+    pub fn producer_for(
+        bootstrap: &str,
+        partitioner: &str,
+    ) -> ThreadedProducer<DefaultProducerContext> {
         ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .set("partitioner", partitioner)

@@ -75,7 +75,10 @@ impl HostProcess {
         let child = Command::new(crate::cojoin_bin())
             .args(["--log-format", "json", "run", "--config"])
             .arg(&self.config)
-            .env("COJOIN_CACHE_DIR", crate::root().join("target/e2e-plugin-cache"))
+            .env(
+                "COJOIN_CACHE_DIR",
+                crate::root().join("target/e2e-plugin-cache"),
+            )
             .env("COJOIN_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -95,7 +98,10 @@ impl HostProcess {
     /// SIGTERM, as a supervisor stops a host: it should finish, commit and leave the group.
     pub fn terminate(&mut self) {
         let pid = self.child.as_ref().expect("host running").id();
-        let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
         assert!(status.success(), "kill -TERM {pid}");
     }
 
@@ -114,7 +120,11 @@ impl HostProcess {
                 self.child = None;
                 return (status, std::fs::read_to_string(&self.log).unwrap());
             }
-            assert!(Instant::now() < deadline, "{} still running after {timeout:?}", self.name);
+            assert!(
+                Instant::now() < deadline,
+                "{} still running after {timeout:?}",
+                self.name
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -137,13 +147,20 @@ impl HostProcess {
         let deadline = Instant::now() + timeout;
         loop {
             let url = log_lines(&self.log).into_iter().find_map(|l| {
-                (l["fields"]["message"].as_str()?.starts_with("admin server listening"))
-                    .then(|| l["fields"]["url"].as_str().map(str::to_owned))?
+                (l["fields"]["message"]
+                    .as_str()?
+                    .starts_with("admin server listening"))
+                .then(|| l["fields"]["url"].as_str().map(str::to_owned))?
             });
             if let Some(url) = url {
                 return url;
             }
-            assert!(Instant::now() < deadline, "{} logged no admin URL:\n{}", self.name, self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "{} logged no admin URL:\n{}",
+                self.name,
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -190,9 +207,16 @@ pub fn wait_for_stable_group(hosts: &[&HostProcess], partitions: i32, timeout: D
     loop {
         let latest: Vec<_> = hosts.iter().map(|h| h.assignments().pop()).collect();
         if latest.iter().all(Option::is_some) {
-            let mut held: Vec<i32> = latest.iter().flatten().flat_map(|(l, _)| l.clone()).collect();
+            let mut held: Vec<i32> = latest
+                .iter()
+                .flatten()
+                .flat_map(|(l, _)| l.clone())
+                .collect();
             held.sort_unstable();
-            let all_paired = latest.iter().flatten().all(|(l, r)| l == r && !l.is_empty());
+            let all_paired = latest
+                .iter()
+                .flatten()
+                .all(|(l, r)| l == r && !l.is_empty());
             if all_paired && held == (0..partitions).collect::<Vec<_>>() {
                 return;
             }

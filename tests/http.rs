@@ -17,8 +17,11 @@ pub fn request(method: &str, url: &str, body: &[u8]) -> Response {
     let rest = url.strip_prefix("http://").expect("an http:// URL");
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
-    let mut stream = TcpStream::connect(authority).unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
-    stream.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut stream =
+        TcpStream::connect(authority).unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
@@ -26,7 +29,9 @@ pub fn request(method: &str, url: &str, body: &[u8]) -> Response {
     stream.write_all(head.as_bytes()).unwrap();
     stream.write_all(body).unwrap();
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).unwrap_or_else(|e| panic!("reading the answer of {method} {url}: {e}"));
+    stream
+        .read_to_end(&mut raw)
+        .unwrap_or_else(|e| panic!("reading the answer of {method} {url}: {e}"));
     let text = String::from_utf8_lossy(&raw);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head
@@ -34,7 +39,10 @@ pub fn request(method: &str, url: &str, body: &[u8]) -> Response {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status line in {head:?}"));
-    Response { status, body: body.to_owned() }
+    Response {
+        status,
+        body: body.to_owned(),
+    }
 }
 
 pub fn get(url: &str) -> Response {

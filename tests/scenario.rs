@@ -69,23 +69,44 @@ pub fn order_outputs(records: &[ReadRecord]) -> Vec<(String, String)> {
 }
 
 /// `n` hosts of the left join in group `group`, with the Rust order-paid plugin.
-pub fn start_hosts(dir: &std::path::Path, tansu: &Tansu, group: &str, n: usize) -> Vec<HostProcess> {
-    let config = join_config(&tansu.bootstrap, group, &plugin("order_paid_rust.wasm"), "left");
+pub fn start_hosts(
+    dir: &std::path::Path,
+    tansu: &Tansu,
+    group: &str,
+    n: usize,
+) -> Vec<HostProcess> {
+    let config = join_config(
+        &tansu.bootstrap,
+        group,
+        &plugin("order_paid_rust.wasm"),
+        "left",
+    );
     start_hosts_with(dir, n, &config)
 }
 
 /// `n` hosts, host-0 to host-{n-1}, all with `config`.
 pub fn start_hosts_with(dir: &std::path::Path, n: usize, config: &str) -> Vec<HostProcess> {
-    (0..n).map(|i| HostProcess::start(dir, &format!("host-{i}"), config)).collect()
+    (0..n)
+        .map(|i| HostProcess::start(dir, &format!("host-{i}"), config))
+        .collect()
 }
 
 /// Every host's every assignment held the same partition numbers of both topics.
 pub fn assert_co_partitioned(hosts: &[HostProcess]) {
     for h in hosts {
         let assignments = h.assignments();
-        assert!(!assignments.is_empty(), "{} logged no assignment:\n{}", h.name, h.log_text());
+        assert!(
+            !assignments.is_empty(),
+            "{} logged no assignment:\n{}",
+            h.name,
+            h.log_text()
+        );
         for (left, right) in &assignments {
-            assert_eq!(left, right, "{}: orders {left:?} vs payments {right:?}", h.name);
+            assert_eq!(
+                left, right,
+                "{}: orders {left:?} vs payments {right:?}",
+                h.name
+            );
         }
         eprintln!("{}: assignments {assignments:?}", h.name);
     }
@@ -93,7 +114,10 @@ pub fn assert_co_partitioned(hosts: &[HostProcess]) {
 
 /// Reads outputs until every expected outcome is there (or 120 s pass), then 3 s more for
 /// stragglers; the tally, which names what is missing if anything is.
-pub fn read_all_outcomes(tansu: &Tansu, expected: &std::collections::BTreeMap<String, &'static str>) -> Tally {
+pub fn read_all_outcomes(
+    tansu: &Tansu,
+    expected: &std::collections::BTreeMap<String, &'static str>,
+) -> Tally {
     let mut reader = tansu.reader("orders-paid", 1);
     reader.read_while_not(Duration::from_secs(120), |r| {
         Tally::of(expected, &order_outputs(r)).missing.is_empty()
@@ -101,7 +125,6 @@ pub fn read_all_outcomes(tansu: &Tansu, expected: &std::collections::BTreeMap<St
     let records = reader.read_for(Duration::from_secs(3));
     Tally::of(expected, &order_outputs(records))
 }
-
 
 /// What each host and the dead-letter topic say, for a failure message: the hosts' counters from
 /// `/metrics` and the keys that were dead-lettered (with why).
@@ -121,7 +144,13 @@ pub fn post_mortem(tansu: &Tansu, hosts: &[HostProcess]) -> String {
     let dead: Vec<String> = dlq
         .read_for(Duration::from_secs(2))
         .iter()
-        .map(|r| format!("{} ({})", r.key, r.header("cojoin.error.kind").unwrap_or("?")))
+        .map(|r| {
+            format!(
+                "{} ({})",
+                r.key,
+                r.header("cojoin.error.kind").unwrap_or("?")
+            )
+        })
         .collect();
     out.push_str(&format!("dead letters: {dead:?}\n"));
     out

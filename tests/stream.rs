@@ -85,7 +85,9 @@ impl Tally {
                         _ => tally.expiries += 1,
                     }
                 }
-                Some(got) => tally.wrong.push(format!("{order}: {got:?}, expected {want}")),
+                Some(got) => tally
+                    .wrong
+                    .push(format!("{order}: {got:?}, expected {want}")),
             }
         }
         for (order, got) in seen {
@@ -109,7 +111,9 @@ mod tests {
         let records = orders(0, 8);
         assert_eq!(records.iter().filter(|r| r.topic == "orders").count(), 8);
         assert_eq!(records.iter().filter(|r| r.topic == "payments").count(), 6);
-        assert!(!records.iter().any(|r| r.topic == "payments" && r.key == "order-4"));
+        assert!(!records
+            .iter()
+            .any(|r| r.topic == "payments" && r.key == "order-4"));
     }
 
     #[test]

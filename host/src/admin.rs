@@ -126,7 +126,10 @@ fn handle(mut request: tiny_http::Request, state: &AdminState) {
     let length = request.body_length();
     let reply = route(&method, &path, auth.as_deref(), state, || {
         if length.is_some_and(|n| n as u64 > MAX_UPLOAD) {
-            return Err(format!("the upload is larger than {} MiB", MAX_UPLOAD >> 20));
+            return Err(format!(
+                "the upload is larger than {} MiB",
+                MAX_UPLOAD >> 20
+            ));
         }
         let mut body = Vec::new();
         request
@@ -135,12 +138,15 @@ fn handle(mut request: tiny_http::Request, state: &AdminState) {
             .read_to_end(&mut body)
             .map_err(|e| format!("reading the upload: {e}"))?;
         if body.len() as u64 > MAX_UPLOAD {
-            return Err(format!("the upload is larger than {} MiB", MAX_UPLOAD >> 20));
+            return Err(format!(
+                "the upload is larger than {} MiB",
+                MAX_UPLOAD >> 20
+            ));
         }
         Ok(body)
     });
-    let header = tiny_http::Header::from_bytes("Content-Type", reply.content_type)
-        .expect("a valid header");
+    let header =
+        tiny_http::Header::from_bytes("Content-Type", reply.content_type).expect("a valid header");
     let response = tiny_http::Response::from_string(reply.body)
         .with_status_code(reply.status)
         .with_header(header);
@@ -162,13 +168,19 @@ pub fn route(
         return if age <= STALL.as_millis() as u64 {
             text(200, "ok\n")
         } else {
-            text(503, format!("the join loop has not run for {} s\n", age / 1000))
+            text(
+                503,
+                format!("the join loop has not run for {} s\n", age / 1000),
+            )
         };
     }
     if let Some(token) = &state.token {
         let expected = format!("Bearer {token}");
         if auth != Some(expected.as_str()) {
-            return text(401, "missing or wrong bearer token (Authorization: Bearer <admin.token>)\n");
+            return text(
+                401,
+                "missing or wrong bearer token (Authorization: Bearer <admin.token>)\n",
+            );
         }
     }
     match (method, path) {
@@ -207,7 +219,9 @@ pub fn route(
                 ),
             }
         }
-        (_, "/metrics" | "/readyz" | "/plugins") => text(405, format!("{method} is not allowed on {path}\n")),
+        (_, "/metrics" | "/readyz" | "/plugins") => {
+            text(405, format!("{method} is not allowed on {path}\n"))
+        }
         _ => text(
             404,
             "not found: try /metrics, /healthz, /readyz, GET or PUT /plugins\n",

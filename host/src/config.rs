@@ -467,11 +467,17 @@ mod tests {
     fn an_admin_server_off_loopback_needs_a_token() {
         let open = format!("{MINIMAL}\n[admin]\nbind = \"0.0.0.0:9464\"\n");
         let err = Config::parse(&open).unwrap_err().to_string();
-        assert!(err.contains("admin.token") && err.contains("bind to 127.0.0.1"), "{err}");
+        assert!(
+            err.contains("admin.token") && err.contains("bind to 127.0.0.1"),
+            "{err}"
+        );
         Config::parse(&format!("{open}token = \"s3cret\"\n")).unwrap();
         let bad = format!("{MINIMAL}\n[admin]\nbind = \"localhost\"\n");
         let err = Config::parse(&bad).unwrap_err().to_string();
-        assert!(err.contains("admin.bind") && err.contains("ip:port"), "{err}");
+        assert!(
+            err.contains("admin.bind") && err.contains("ip:port"),
+            "{err}"
+        );
     }
 
     #[test]

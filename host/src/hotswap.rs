@@ -28,7 +28,11 @@ pub fn swap_recorded(
         }
         Err(e) => {
             metrics.update(|m| m.swaps_refused += 1);
-            tracing::error!(source, "plugin refused, {} keeps running: {e}", registry.current().label);
+            tracing::error!(
+                source,
+                "plugin refused, {} keeps running: {e}",
+                registry.current().label
+            );
             Err(e)
         }
     }
@@ -116,7 +120,10 @@ impl FileWatch {
                                         let source = now.file.display().to_string();
                                         let _ = swap_recorded(&registry, &metrics, &bytes, &source);
                                     }
-                                    Err(e) => tracing::error!("cannot read plugin file {:?}: {e}", now.file),
+                                    Err(e) => tracing::error!(
+                                        "cannot read plugin file {:?}: {e}",
+                                        now.file
+                                    ),
                                 }
                                 // Refused or not, this stamp is dealt with; the next write retries.
                                 seen = Some(now);
@@ -151,7 +158,10 @@ mod tests {
     #[test]
     fn a_directory_means_its_newest_wasm_file() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(resolve(dir.path()).unwrap_err().to_string().contains("no .wasm file"));
+        assert!(resolve(dir.path())
+            .unwrap_err()
+            .to_string()
+            .contains("no .wasm file"));
         let old = dir.path().join("a.wasm");
         std::fs::write(&old, b"1").unwrap();
         std::fs::write(dir.path().join("notes.txt"), b"x").unwrap();

@@ -182,7 +182,12 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Plugin(PluginCommand::Test(args)) => plugin_test(args),
         Command::Run { config } => run_host(&config),
         Command::Demo(args) => demo(args),
-        Command::Generate { bootstrap, events, seed, speed } => {
+        Command::Generate {
+            bootstrap,
+            events,
+            seed,
+            speed,
+        } => {
             let stop = std::sync::atomic::AtomicBool::new(false);
             let n = cojoin::demo::generate(&bootstrap, events, seed, speed, &stop)?;
             println!("produced {n} records to orders and payments at {bootstrap}");
@@ -287,7 +292,10 @@ fn load_plugin(
 }
 
 /// `plugin.path`, relative to the config file's directory.
-fn configured_plugin_path(config: &cojoin::config::Config, config_path: &std::path::Path) -> PathBuf {
+fn configured_plugin_path(
+    config: &cojoin::config::Config,
+    config_path: &std::path::Path,
+) -> PathBuf {
     config_path
         .parent()
         .unwrap_or(std::path::Path::new("."))
@@ -383,7 +391,12 @@ fn demo(args: DemoArgs) -> Result<ExitCode> {
             args.plugin
         );
     }
-    let registry = open_registry(&args.plugin, PluginLimits::default(), default_cache_dir(), vec![])?;
+    let registry = open_registry(
+        &args.plugin,
+        PluginLimits::default(),
+        default_cache_dir(),
+        vec![],
+    )?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();
     ctrlc::set_handler(move || {
@@ -401,11 +414,25 @@ fn demo(args: DemoArgs) -> Result<ExitCode> {
     };
     let s = cojoin::demo::run(&options, registry, &stop)?;
     println!("== summary");
-    println!("events        {} ({} orders, {} payments)", s.events, s.orders, s.events - s.orders);
+    println!(
+        "events        {} ({} orders, {} payments)",
+        s.events,
+        s.orders,
+        s.events - s.orders
+    );
     println!("paid          {} orders matched with their payment", s.paid);
-    println!("unpaid        {} orders with no payment in the window", s.unpaid);
-    println!("dead letters  {} records (late payments) in orders-payments-dlq", s.dead_letters);
-    println!("still open    {} orders whose window had not closed when the stream ended", s.open);
+    println!(
+        "unpaid        {} orders with no payment in the window",
+        s.unpaid
+    );
+    println!(
+        "dead letters  {} records (late payments) in orders-payments-dlq",
+        s.dead_letters
+    );
+    println!(
+        "still open    {} orders whose window had not closed when the stream ended",
+        s.open
+    );
     match (s.latency_quantile(0.5), s.latency_quantile(0.99)) {
         (Some(p50), Some(p99)) => println!(
             "latency       p50 {p50:.1} ms, p99 {p99:.1} ms from producing a payment to reading its match ({} matches)",

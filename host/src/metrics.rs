@@ -129,63 +129,168 @@ fn label(v: &str) -> String {
 
 pub fn render(s: &Snapshot) -> String {
     let mut out = String::new();
-    family(&mut out, "cojoin_records_consumed_total", "counter", "Records consumed, per topic.");
+    family(
+        &mut out,
+        "cojoin_records_consumed_total",
+        "counter",
+        "Records consumed, per topic.",
+    );
     for (topic, n) in &s.consumed {
-        let _ = writeln!(out, "cojoin_records_consumed_total{{topic=\"{}\"}} {n}", label(topic));
+        let _ = writeln!(
+            out,
+            "cojoin_records_consumed_total{{topic=\"{}\"}} {n}",
+            label(topic)
+        );
     }
     let c = &s.counters;
     for (name, help, value) in [
-        ("cojoin_matches_total", "Pairs handed to on-match.", c.matches),
-        ("cojoin_expiries_total", "Unmatched events handed to on-expire after their window closed.", c.expiries),
-        ("cojoin_late_records_total", "Records behind stream time by more than window + grace.", c.late),
-        ("cojoin_null_key_records_total", "Records without a key.", c.null_keys),
-        ("cojoin_tombstone_records_total", "Records without a value.", c.tombstones),
-        ("cojoin_dead_lettered_records_total", "Records written to the dead-letter topic.", c.dead_lettered),
-        ("cojoin_replay_suppressed_total", "Outcomes not acted on again after a restart (a previous owner had).", c.suppressed),
-        ("cojoin_records_produced_total", "Output and dead-letter records acknowledged by the broker.", s.produced),
-        ("cojoin_plugin_swaps_total", "Plugin versions swapped in.", s.swaps),
-        ("cojoin_plugin_swaps_refused_total", "Plugin files or uploads refused (the running version kept).", s.swaps_refused),
-        ("cojoin_rebalances_total", "Assignments received from the group.", s.rebalances),
+        (
+            "cojoin_matches_total",
+            "Pairs handed to on-match.",
+            c.matches,
+        ),
+        (
+            "cojoin_expiries_total",
+            "Unmatched events handed to on-expire after their window closed.",
+            c.expiries,
+        ),
+        (
+            "cojoin_late_records_total",
+            "Records behind stream time by more than window + grace.",
+            c.late,
+        ),
+        (
+            "cojoin_null_key_records_total",
+            "Records without a key.",
+            c.null_keys,
+        ),
+        (
+            "cojoin_tombstone_records_total",
+            "Records without a value.",
+            c.tombstones,
+        ),
+        (
+            "cojoin_dead_lettered_records_total",
+            "Records written to the dead-letter topic.",
+            c.dead_lettered,
+        ),
+        (
+            "cojoin_replay_suppressed_total",
+            "Outcomes not acted on again after a restart (a previous owner had).",
+            c.suppressed,
+        ),
+        (
+            "cojoin_records_produced_total",
+            "Output and dead-letter records acknowledged by the broker.",
+            s.produced,
+        ),
+        (
+            "cojoin_plugin_swaps_total",
+            "Plugin versions swapped in.",
+            s.swaps,
+        ),
+        (
+            "cojoin_plugin_swaps_refused_total",
+            "Plugin files or uploads refused (the running version kept).",
+            s.swaps_refused,
+        ),
+        (
+            "cojoin_rebalances_total",
+            "Assignments received from the group.",
+            s.rebalances,
+        ),
     ] {
         family(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {value}");
     }
 
-    family(&mut out, "cojoin_assigned_tasks", "gauge", "Tasks (partition numbers) held.");
+    family(
+        &mut out,
+        "cojoin_assigned_tasks",
+        "gauge",
+        "Tasks (partition numbers) held.",
+    );
     let _ = writeln!(out, "cojoin_assigned_tasks {}", s.tasks.len());
-    family(&mut out, "cojoin_state_events", "gauge", "Events held in join state, per task.");
+    family(
+        &mut out,
+        "cojoin_state_events",
+        "gauge",
+        "Events held in join state, per task.",
+    );
     for (p, t) in &s.tasks {
         let _ = writeln!(out, "cojoin_state_events{{task=\"{p}\"}} {}", t.events);
     }
-    family(&mut out, "cojoin_state_bytes", "gauge", "Bytes held in join state, per task.");
+    family(
+        &mut out,
+        "cojoin_state_bytes",
+        "gauge",
+        "Bytes held in join state, per task.",
+    );
     for (p, t) in &s.tasks {
         let _ = writeln!(out, "cojoin_state_bytes{{task=\"{p}\"}} {}", t.bytes);
     }
-    family(&mut out, "cojoin_consumer_lag", "gauge", "Records behind the high watermark, per task and side.");
+    family(
+        &mut out,
+        "cojoin_consumer_lag",
+        "gauge",
+        "Records behind the high watermark, per task and side.",
+    );
     for (p, t) in &s.tasks {
         for (side, lag) in ["left", "right"].iter().zip(t.lag) {
             if let Some(lag) = lag {
-                let _ = writeln!(out, "cojoin_consumer_lag{{task=\"{p}\",side=\"{side}\"}} {lag}");
+                let _ = writeln!(
+                    out,
+                    "cojoin_consumer_lag{{task=\"{p}\",side=\"{side}\"}} {lag}"
+                );
             }
         }
     }
 
-    family(&mut out, "cojoin_plugin_call_seconds", "histogram", "Plugin call latency, per plugin version.");
+    family(
+        &mut out,
+        "cojoin_plugin_call_seconds",
+        "histogram",
+        "Plugin call latency, per plugin version.",
+    );
     for (version, stats) in &s.calls {
         let v = label(version);
         let mut cumulative = 0;
         for (bound, n) in LATENCY_BUCKETS.iter().zip(stats.buckets) {
             cumulative += n;
-            let _ = writeln!(out, "cojoin_plugin_call_seconds_bucket{{plugin=\"{v}\",le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(
+                out,
+                "cojoin_plugin_call_seconds_bucket{{plugin=\"{v}\",le=\"{bound}\"}} {cumulative}"
+            );
         }
-        let _ = writeln!(out, "cojoin_plugin_call_seconds_bucket{{plugin=\"{v}\",le=\"+Inf\"}} {}", stats.count);
-        let _ = writeln!(out, "cojoin_plugin_call_seconds_sum{{plugin=\"{v}\"}} {}", stats.sum_seconds);
-        let _ = writeln!(out, "cojoin_plugin_call_seconds_count{{plugin=\"{v}\"}} {}", stats.count);
+        let _ = writeln!(
+            out,
+            "cojoin_plugin_call_seconds_bucket{{plugin=\"{v}\",le=\"+Inf\"}} {}",
+            stats.count
+        );
+        let _ = writeln!(
+            out,
+            "cojoin_plugin_call_seconds_sum{{plugin=\"{v}\"}} {}",
+            stats.sum_seconds
+        );
+        let _ = writeln!(
+            out,
+            "cojoin_plugin_call_seconds_count{{plugin=\"{v}\"}} {}",
+            stats.count
+        );
     }
-    family(&mut out, "cojoin_plugin_call_failures_total", "counter", "Failed plugin calls, per plugin version and kind (plugin-error, timeout, memory, crash).");
+    family(
+        &mut out,
+        "cojoin_plugin_call_failures_total",
+        "counter",
+        "Failed plugin calls, per plugin version and kind (plugin-error, timeout, memory, crash).",
+    );
     for (version, stats) in &s.calls {
         for (kind, n) in &stats.failures {
-            let _ = writeln!(out, "cojoin_plugin_call_failures_total{{plugin=\"{}\",kind=\"{kind}\"}} {n}", label(version));
+            let _ = writeln!(
+                out,
+                "cojoin_plugin_call_failures_total{{plugin=\"{}\",kind=\"{kind}\"}} {n}",
+                label(version)
+            );
         }
     }
     out
@@ -203,7 +308,11 @@ mod tests {
         }
         stats.observe(Duration::from_micros(8), Some("crash"));
         assert_eq!(&stats.buckets[..4], &[1, 3, 0, 1]);
-        assert_eq!(stats.buckets[LATENCY_BUCKETS.len()], 1, "2 s is above the last bound");
+        assert_eq!(
+            stats.buckets[LATENCY_BUCKETS.len()],
+            1,
+            "2 s is above the last bound"
+        );
         assert_eq!(stats.quantile(0.5), Some(0.000_01));
         assert_eq!(stats.quantile(0.99), Some(f64::INFINITY));
         assert_eq!(stats.failures.get("crash"), Some(&1));
@@ -215,7 +324,14 @@ mod tests {
         let mut s = Snapshot::default();
         s.consumed.insert("orders".into(), 7);
         s.counters.matches = 3;
-        s.tasks.insert(2, TaskGauges { events: 4, bytes: 400, lag: [Some(5), None] });
+        s.tasks.insert(
+            2,
+            TaskGauges {
+                events: 4,
+                bytes: 400,
+                lag: [Some(5), None],
+            },
+        );
         let mut stats = CallStats::default();
         stats.observe(Duration::from_micros(3), None);
         stats.observe(Duration::from_micros(40), Some("timeout"));
@@ -234,7 +350,10 @@ mod tests {
             "cojoin_plugin_call_seconds_count{plugin=\"odd\\\"name@abc\"} 2",
             "cojoin_plugin_call_failures_total{plugin=\"odd\\\"name@abc\",kind=\"timeout\"} 1",
         ] {
-            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
         }
         assert!(!text.contains("side=\"right\""), "unknown lag is left out");
     }
@@ -259,7 +378,10 @@ mod tests {
                 continue;
             }
             let family = name.strip_suffix("_bucket").unwrap_or(&name);
-            assert!(families.contains(&family), "the dashboard queries {name}, which /metrics does not export");
+            assert!(
+                families.contains(&family),
+                "the dashboard queries {name}, which /metrics does not export"
+            );
             queried += 1;
         }
         assert!(queried >= 10, "only {queried} metric queries found");

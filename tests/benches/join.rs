@@ -62,8 +62,9 @@ fn main() {
     let python = std::env::var("PYTHON_BENCH")
         .map(PathBuf::from)
         .unwrap_or_else(|_| root().join(".venv-bench/bin/python"));
-    let wanted: Option<Vec<String>> =
-        std::env::var("BENCH_SYSTEMS").ok().map(|s| s.split(',').map(str::to_owned).collect());
+    let wanted: Option<Vec<String>> = std::env::var("BENCH_SYSTEMS")
+        .ok()
+        .map(|s| s.split(',').map(str::to_owned).collect());
     let run = |name: &str| wanted.as_ref().is_none_or(|w| w.iter().any(|x| x == name));
 
     let dir = root().join("target/bench-runs/join");
@@ -80,12 +81,28 @@ fn main() {
     eprintln!("producing {records} records per topic…");
     let out = Command::new(&python)
         .arg(peers.join("produce.py"))
-        .args(["--bootstrap", &tansu.bootstrap, "--left", "left", "--right", "right"])
-        .args(["--records", &records.to_string(), "--window-ms", &WINDOW_MS.to_string()])
+        .args([
+            "--bootstrap",
+            &tansu.bootstrap,
+            "--left",
+            "left",
+            "--right",
+            "right",
+        ])
+        .args([
+            "--records",
+            &records.to_string(),
+            "--window-ms",
+            &WINDOW_MS.to_string(),
+        ])
         .args(["--batch-size", &batch.to_string()])
         .output()
         .expect("running produce.py (make bench-join sets up .venv-bench)");
-    assert!(out.status.success(), "produce.py: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "produce.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let produced: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let expected = produced["expected_matches"].as_u64().unwrap();
     let total = produced["records"].as_u64().unwrap();
@@ -93,11 +110,14 @@ fn main() {
 
     let mut table = Vec::new();
     if run("bare") {
-        table.push(timed("bare consumer", Command::new(std::env::current_exe().unwrap()).args([
-            "--bare",
-            &tansu.bootstrap,
-            &total.to_string(),
-        ])));
+        table.push(timed(
+            "bare consumer",
+            Command::new(std::env::current_exe().unwrap()).args([
+                "--bare",
+                &tansu.bootstrap,
+                &total.to_string(),
+            ]),
+        ));
     }
     for (name, wasm) in [
         ("cojoin-noop", "noop.wasm"),
@@ -106,15 +126,37 @@ fn main() {
         ("cojoin-js", "order_paid_js.wasm"),
     ] {
         if run(name) {
-            table.push(cojoin_run(name, &dir, &tansu.bootstrap, &plugin(wasm), total, expected));
+            table.push(cojoin_run(
+                name,
+                &dir,
+                &tansu.bootstrap,
+                &plugin(wasm),
+                total,
+                expected,
+            ));
         }
     }
-    for (name, script) in [("python-handwritten", "handwritten_join.py"), ("quixstreams", "quix_join.py")] {
+    for (name, script) in [
+        ("python-handwritten", "handwritten_join.py"),
+        ("quixstreams", "quix_join.py"),
+    ] {
         if run(name) {
             let mut cmd = Command::new(&python);
             cmd.arg(peers.join(script))
-                .args(["--bootstrap", &tansu.bootstrap, "--left", "left", "--right", "right"])
-                .args(["--window-ms", &WINDOW_MS.to_string(), "--grace-ms", &GRACE_MS.to_string()])
+                .args([
+                    "--bootstrap",
+                    &tansu.bootstrap,
+                    "--left",
+                    "left",
+                    "--right",
+                    "right",
+                ])
+                .args([
+                    "--window-ms",
+                    &WINDOW_MS.to_string(),
+                    "--grace-ms",
+                    &GRACE_MS.to_string(),
+                ])
                 .args(["--expect", &total.to_string()]);
             table.push(timed(name, &mut cmd));
         }
@@ -123,7 +165,10 @@ fn main() {
 }
 
 fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// The limit: read every partition of both topics from the start, touching nothing.
@@ -137,7 +182,8 @@ fn bare(bootstrap: &str, expect: u64) {
     let mut tpl = TopicPartitionList::new();
     for topic in ["left", "right"] {
         for p in 0..PARTITIONS {
-            tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .unwrap();
         }
     }
     consumer.assign(&tpl).unwrap();
@@ -151,7 +197,10 @@ fn bare(bootstrap: &str, expect: u64) {
         }
     }
     let seconds = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
-    println!("{}", serde_json::json!({"records": n, "matches": null, "seconds": seconds}));
+    println!(
+        "{}",
+        serde_json::json!({"records": n, "matches": null, "seconds": seconds})
+    );
 }
 
 /// Runs `cmd` under GNU time; its last stdout line is a JSON object with records, matches, seconds.
@@ -172,7 +221,9 @@ fn timed(system: &str, cmd: &mut Command) -> Figures {
     let Some(Ok(v)) = line.map(serde_json::from_str::<serde_json::Value>) else {
         // The run goes on with the other systems; the table says this one failed, and why.
         eprintln!("{system} printed no result:\n{stdout}\n{stderr}");
-        let last = stderr.lines().rfind(|l| !l.starts_with("TIME") && !l.starts_with("Command exited"));
+        let last = stderr
+            .lines()
+            .rfind(|l| !l.starts_with("TIME") && !l.starts_with("Command exited"));
         return Figures {
             system: system.to_owned(),
             failed: Some(last.unwrap_or("no output").to_owned()),
@@ -192,14 +243,31 @@ fn timed(system: &str, cmd: &mut Command) -> Figures {
 
 /// (user + system CPU seconds, peak RSS MiB) from GNU time's `TIME %U %S %M` line.
 fn gnu_time(stderr: &str) -> (f64, f64) {
-    let line = stderr.lines().rev().find_map(|l| l.strip_prefix("TIME ")).unwrap_or("0 0 0");
-    let n: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    (n.first().unwrap_or(&0.0) + n.get(1).unwrap_or(&0.0), n.get(2).unwrap_or(&0.0) / 1024.0)
+    let line = stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("TIME "))
+        .unwrap_or("0 0 0");
+    let n: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    (
+        n.first().unwrap_or(&0.0) + n.get(1).unwrap_or(&0.0),
+        n.get(2).unwrap_or(&0.0) / 1024.0,
+    )
 }
 
 /// `cojoin run` on the data set: throughput from its `/metrics` (first record consumed to the
 /// last), then SIGTERM, and CPU and peak RSS from GNU time.
-fn cojoin_run(system: &str, dir: &Path, bootstrap: &str, wasm: &Path, total: u64, expected: u64) -> Figures {
+fn cojoin_run(
+    system: &str,
+    dir: &Path,
+    bootstrap: &str,
+    wasm: &Path,
+    total: u64,
+    expected: u64,
+) -> Figures {
     eprintln!("running {system}…");
     let config = dir.join(format!("{system}.toml"));
     std::fs::write(
@@ -253,7 +321,8 @@ bind = "127.0.0.1:0"
     let deadline = Instant::now() + Duration::from_secs(900);
     while Instant::now() < deadline {
         page = get(&format!("{url}/metrics")).body;
-        let consumed = sample(&page, "cojoin_records_consumed_total{topic=\"left\"}").unwrap_or(0.0)
+        let consumed = sample(&page, "cojoin_records_consumed_total{topic=\"left\"}")
+            .unwrap_or(0.0)
             + sample(&page, "cojoin_records_consumed_total{topic=\"right\"}").unwrap_or(0.0);
         let matches = sample(&page, "cojoin_matches_total").unwrap_or(0.0);
         if consumed > 0.0 {
@@ -262,8 +331,14 @@ bind = "127.0.0.1:0"
         if (consumed, matches) != (seen.0, seen.1) {
             seen = (consumed, matches, Instant::now());
         }
-        if consumed as u64 >= total && (matches as u64 >= expected || seen.2.elapsed() > Duration::from_secs(5)) {
-            last = Some(if matches as u64 >= expected { Instant::now() } else { seen.2 });
+        if consumed as u64 >= total
+            && (matches as u64 >= expected || seen.2.elapsed() > Duration::from_secs(5))
+        {
+            last = Some(if matches as u64 >= expected {
+                Instant::now()
+            } else {
+                seen.2
+            });
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -278,19 +353,39 @@ bind = "127.0.0.1:0"
         })
         .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
     if held.0 > 0.0 {
-        eprintln!("{system}: {} events held, {:.0} bytes each", held.0, held.1 / held.0);
+        eprintln!(
+            "{system}: {} events held, {:.0} bytes each",
+            held.0,
+            held.1 / held.0
+        );
     }
     // SIGTERM to cojoin itself (the child of GNU time), which then reports its usage.
-    let status = Command::new("pkill").args(["-TERM", "-P", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("pkill")
+        .args(["-TERM", "-P", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success(), "no cojoin process under GNU time");
     let _ = child.wait();
     let time = std::fs::read_to_string(dir.join(format!("{system}.time"))).unwrap_or_default();
     let (cpu_seconds, peak_rss_mib) = gnu_time(&time);
     let (seconds, failed) = match (first, last) {
         (Some(f), Some(l)) => ((l - f).as_secs_f64(), None),
-        _ => (0.0, Some(format!("did not consume all {total} records; log in {log:?}"))),
+        _ => (
+            0.0,
+            Some(format!(
+                "did not consume all {total} records; log in {log:?}"
+            )),
+        ),
     };
-    Figures { system: system.to_owned(), records: total, matches, seconds, cpu_seconds, peak_rss_mib, failed }
+    Figures {
+        system: system.to_owned(),
+        records: total,
+        matches,
+        seconds,
+        cpu_seconds,
+        peak_rss_mib,
+        failed,
+    }
 }
 
 fn admin_url(log: &Path) -> String {
@@ -299,19 +394,28 @@ fn admin_url(log: &Path) -> String {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         if let Some(url) = text.lines().find_map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            v["fields"]["message"].as_str()?.starts_with("admin server listening").then_some(())?;
+            v["fields"]["message"]
+                .as_str()?
+                .starts_with("admin server listening")
+                .then_some(())?;
             v["fields"]["url"].as_str().map(str::to_owned)
         }) {
             return url;
         }
-        assert!(Instant::now() < deadline, "no admin URL in {log:?}:\n{text}");
+        assert!(
+            Instant::now() < deadline,
+            "no admin URL in {log:?}:\n{text}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
 fn report(table: &[Figures], expected: u64, records: u64) {
     println!("\njoin benchmark: {records} + {records} records, 100-byte values, window {WINDOW_MS} ms, grace {GRACE_MS} ms; expected matches {expected}");
-    println!("{:<20} {:>12} {:>12} {:>9} {:>9} {:>10}  {}", "system", "records/s", "matches/s", "matches", "CPU s", "peak MiB", "check");
+    println!(
+        "{:<20} {:>12} {:>12} {:>9} {:>9} {:>10}  {}",
+        "system", "records/s", "matches/s", "matches", "CPU s", "peak MiB", "check"
+    );
     for f in table {
         if let Some(reason) = &f.failed {
             println!("{:<20} FAILED: {reason}", f.system);
@@ -335,7 +439,12 @@ fn report(table: &[Figures], expected: u64, records: u64) {
             f.peak_rss_mib
         );
     }
-    let rate = |name: &str| table.iter().find(|f| f.system == name && f.failed.is_none()).map(Figures::rate);
+    let rate = |name: &str| {
+        table
+            .iter()
+            .find(|f| f.system == name && f.failed.is_none())
+            .map(Figures::rate)
+    };
     println!();
     for (a, b, target) in [
         ("cojoin-rust", "bare consumer", 0.7),

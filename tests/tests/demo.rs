@@ -18,7 +18,10 @@ fn figure(stdout: &str, line: &str) -> usize {
 
 /// What the generator intended, from the `generated` line: "868 paid in the window, 44 never paid".
 fn generated(stdout: &str, fate: &str) -> usize {
-    let line = stdout.lines().find(|l| l.starts_with("generated")).expect("a generated line");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("generated"))
+        .expect("a generated line");
     line["generated".len()..]
         .split(',')
         .map(str::trim)
@@ -29,7 +32,13 @@ fn generated(stdout: &str, fate: &str) -> usize {
 #[test]
 fn the_demo_pays_exactly_the_orders_paid_in_their_window_and_dead_letters_the_late_payments() {
     let wasm = plugin("order_paid_rust.wasm");
-    let out = cojoin(&["demo", "--events", "800", "--plugin", wasm.to_str().unwrap()]);
+    let out = cojoin(&[
+        "demo",
+        "--events",
+        "800",
+        "--plugin",
+        wasm.to_str().unwrap(),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success());
@@ -39,7 +48,10 @@ fn the_demo_pays_exactly_the_orders_paid_in_their_window_and_dead_letters_the_la
     let open = figure(&stdout, "still open");
     assert_eq!(paid, generated(&stdout, "paid in the window"));
     // Every paid order was printed as it came.
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("  paid ")).count(), paid);
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("  paid ")).count(),
+        paid
+    );
     assert_eq!(
         unpaid + open,
         generated(&stdout, "paid after the window")
@@ -47,7 +59,13 @@ fn the_demo_pays_exactly_the_orders_paid_in_their_window_and_dead_letters_the_la
             + generated(&stdout, "never paid")
     );
     assert!(unpaid > 0, "some windows closed");
-    assert_eq!(figure(&stdout, "dead letters"), generated(&stdout, "payment delayed (late record)"));
+    assert_eq!(
+        figure(&stdout, "dead letters"),
+        generated(&stdout, "payment delayed (late record)")
+    );
     assert!(stdout.contains("latency       p50"), "{stdout}");
-    assert!(stdout.contains("/metrics"), "the admin URL is shown: {stdout}");
+    assert!(
+        stdout.contains("/metrics"),
+        "the admin URL is shown: {stdout}"
+    );
 }

@@ -22,7 +22,10 @@ fn metrics_until(url: &str, timeout: Duration, what: &str, done: impl Fn(&str) -
         if done(&page) {
             return page;
         }
-        assert!(Instant::now() < deadline, "{what}: not seen after {timeout:?}:\n{page}");
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not seen after {timeout:?}:\n{page}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -56,16 +59,27 @@ fn metrics_move_as_records_flow_and_health_answers() {
 
     produce_and_close_windows(&tansu, 0..200);
     // 200 orders, 150 payments, 6 ticks; 150 matches; 50 unpaid orders expire.
-    let page = metrics_until(&url, Duration::from_secs(60), "every record and outcome counted", |p| {
-        sample(p, "cojoin_matches_total") == Some(150.0)
+    let page = metrics_until(
+        &url,
+        Duration::from_secs(60),
+        "every record and outcome counted",
+        |p| {
+            sample(p, "cojoin_matches_total") == Some(150.0)
             && sample(p, "cojoin_expiries_total") == Some(50.0)
             && sample(p, "cojoin_records_consumed_total{topic=\"payments\"}") == Some(156.0)
             && sample(p, "cojoin_records_produced_total") == Some(200.0)
             // Lag is recomputed every 2 s, from the consumer's positions.
             && sample(p, "cojoin_consumer_lag{task=\"0\",side=\"left\"}") == Some(0.0)
-    });
-    assert_eq!(value(&page, "cojoin_records_consumed_total{topic=\"orders\"}"), 200.0);
-    assert_eq!(value(&page, "cojoin_records_consumed_total{topic=\"payments\"}"), 156.0);
+        },
+    );
+    assert_eq!(
+        value(&page, "cojoin_records_consumed_total{topic=\"orders\"}"),
+        200.0
+    );
+    assert_eq!(
+        value(&page, "cojoin_records_consumed_total{topic=\"payments\"}"),
+        156.0
+    );
     assert_eq!(value(&page, "cojoin_records_produced_total"), 200.0);
     assert_eq!(value(&page, "cojoin_rebalances_total"), 1.0);
     let plugin_label = page
@@ -73,10 +87,19 @@ fn metrics_move_as_records_flow_and_health_answers() {
         .find_map(|l| l.strip_prefix("cojoin_plugin_call_seconds_count{plugin=\""))
         .and_then(|rest| rest.split_once("\"} "))
         .unwrap_or_else(|| panic!("no plugin call count in:\n{page}"));
-    assert!(plugin_label.0.starts_with("order_paid_rust@"), "{plugin_label:?}");
-    assert_eq!(plugin_label.1.parse::<f64>().unwrap(), 200.0, "one call per match and expiry");
+    assert!(
+        plugin_label.0.starts_with("order_paid_rust@"),
+        "{plugin_label:?}"
+    );
+    assert_eq!(
+        plugin_label.1.parse::<f64>().unwrap(),
+        200.0,
+        "one call per match and expiry"
+    );
     // Each task still holds the ticks' window worth of state: gauges per task are exported.
-    let held: f64 = (0..PARTITIONS).map(|p| value(&page, &format!("cojoin_state_events{{task=\"{p}\"}}"))).sum();
+    let held: f64 = (0..PARTITIONS)
+        .map(|p| value(&page, &format!("cojoin_state_events{{task=\"{p}\"}}")))
+        .sum();
     assert!(held >= 6.0, "the ticks are held in state: {held}");
     eprintln!("{page}");
 }
@@ -103,7 +126,8 @@ fn producers(tansu_reader: &cojoin_e2e::broker::Reader) -> Vec<String> {
 #[test]
 fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_call() {
     let _serial = serial();
-    let dir = run_dir("plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_call");
+    let dir =
+        run_dir("plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_call");
     let tansu = join_broker(&dir);
     let live = dir.join("plugin.wasm");
     std::fs::copy(plugin("order_paid_rust.wasm"), &live).unwrap();
@@ -112,9 +136,13 @@ fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_ca
     let refs: Vec<&HostProcess> = hosts.iter().collect();
     wait_for_stable_group(&refs, PARTITIONS, Duration::from_secs(90));
     let assignments_before: Vec<usize> = hosts.iter().map(|h| h.assignments().len()).collect();
-    let urls: Vec<String> = hosts.iter().map(|h| h.admin_url(Duration::from_secs(10))).collect();
+    let urls: Vec<String> = hosts
+        .iter()
+        .map(|h| h.admin_url(Duration::from_secs(10)))
+        .collect();
     let sha = |url: &str| -> String {
-        let body: serde_json::Value = serde_json::from_str(&get(&format!("{url}/plugins")).body).unwrap();
+        let body: serde_json::Value =
+            serde_json::from_str(&get(&format!("{url}/plugins")).body).unwrap();
         body["sha256"].as_str().unwrap().to_owned()
     };
     let rust_sha = sha(&urls[0]);
@@ -135,28 +163,47 @@ fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_ca
         })
     };
     let mut outputs = tansu.reader("orders-paid", 1);
-    outputs.read_until("first rust outputs", Duration::from_secs(60), |r| r.len() >= 50);
+    outputs.read_until("first rust outputs", Duration::from_secs(60), |r| {
+        r.len() >= 50
+    });
 
     // 1. Python by file drop: both hosts watch the file.
     drop_file(&plugin("order_paid_python.wasm"), &live);
     outputs.read_until("python outputs", Duration::from_secs(120), |r| {
-        r.iter().rev().take(20).all(|r| r.value.contains("\"by\":\"python\""))
+        r.iter()
+            .rev()
+            .take(20)
+            .all(|r| r.value.contains("\"by\":\"python\""))
     });
     // 2. Back to Rust by upload to each host.
     for url in &urls {
-        let reply = request("PUT", &format!("{url}/plugins"), &std::fs::read(plugin("order_paid_rust.wasm")).unwrap());
+        let reply = request(
+            "PUT",
+            &format!("{url}/plugins"),
+            &std::fs::read(plugin("order_paid_rust.wasm")).unwrap(),
+        );
         assert_eq!(reply.status, 200, "{}", reply.body);
         assert!(reply.body.contains(&rust_sha), "{}", reply.body);
     }
     // 3. A broken upload is refused and Rust keeps serving.
     for url in &urls {
-        let reply = request("PUT", &format!("{url}/plugins"), b"\0asm garbage, not a component");
+        let reply = request(
+            "PUT",
+            &format!("{url}/plugins"),
+            b"\0asm garbage, not a component",
+        );
         assert_eq!(reply.status, 422, "{}", reply.body);
-        assert!(reply.body.contains(&rust_sha[..12]), "names the version still running: {}", reply.body);
+        assert!(
+            reply.body.contains(&rust_sha[..12]),
+            "names the version still running: {}",
+            reply.body
+        );
     }
     // Some more load after the last swap, then the windows close.
     let served = outputs.records.len();
-    outputs.read_until("outputs after the swaps", Duration::from_secs(60), |r| r.len() >= served + 100);
+    outputs.read_until("outputs after the swaps", Duration::from_secs(60), |r| {
+        r.len() >= served + 100
+    });
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let orders = loader.join().unwrap();
     for (tick, p) in ticks() {
@@ -165,7 +212,9 @@ fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_ca
 
     let tally = read_all_outcomes(&tansu, &stream::expected(orders));
     let mut all = tansu.reader("orders-paid", 1);
-    all.read_until("every output", Duration::from_secs(30), |r| r.len() >= tally.outputs);
+    all.read_until("every output", Duration::from_secs(30), |r| {
+        r.len() >= tally.outputs
+    });
     let by = producers(&all);
     let switches: Vec<&str> = by.iter().map(String::as_str).fold(Vec::new(), |mut v, b| {
         if v.last() != Some(&b) {
@@ -180,12 +229,26 @@ fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_ca
     assert!(tally.complete(), "{tally:?}");
     assert_eq!(tally.duplicates, 0, "a swap repeated a call: {tally:?}");
     assert!(by.iter().any(|b| b == "python"), "python served some calls");
-    assert_eq!(by.last().map(String::as_str), Some("rust"), "rust serves at the end");
+    assert_eq!(
+        by.last().map(String::as_str),
+        Some("rust"),
+        "rust serves at the end"
+    );
 
     for (h, url) in hosts.iter().zip(&urls) {
         let page = get(&format!("{url}/metrics")).body;
-        assert_eq!(value(&page, "cojoin_plugin_swaps_total"), 2.0, "{}: {page}", h.name);
-        assert_eq!(value(&page, "cojoin_plugin_swaps_refused_total"), 1.0, "{}", h.name);
+        assert_eq!(
+            value(&page, "cojoin_plugin_swaps_total"),
+            2.0,
+            "{}: {page}",
+            h.name
+        );
+        assert_eq!(
+            value(&page, "cojoin_plugin_swaps_refused_total"),
+            1.0,
+            "{}",
+            h.name
+        );
         assert_eq!(sha(url), rust_sha, "{}", h.name);
     }
     // The group never rebalanced: no host logged an assignment after the group formed.
@@ -196,12 +259,25 @@ fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_ca
 #[test]
 fn a_terminated_host_commits_and_leaves_and_the_other_takes_over_without_a_session_timeout() {
     let _serial = serial();
-    let dir = run_dir("a_terminated_host_commits_and_leaves_and_the_other_takes_over_without_a_session_timeout");
+    let dir = run_dir(
+        "a_terminated_host_commits_and_leaves_and_the_other_takes_over_without_a_session_timeout",
+    );
     let tansu = join_broker(&dir);
     // A session timeout far longer than the takeover may take: only a LeaveGroup explains a quick one.
-    let config = join_config(&tansu.bootstrap, "leave", &plugin("order_paid_rust.wasm"), "left")
-        .replace("\"session.timeout.ms\" = \"6000\"", "\"session.timeout.ms\" = \"45000\"")
-        .replace("\"max.poll.interval.ms\" = \"10000\"", "\"max.poll.interval.ms\" = \"60000\"");
+    let config = join_config(
+        &tansu.bootstrap,
+        "leave",
+        &plugin("order_paid_rust.wasm"),
+        "left",
+    )
+    .replace(
+        "\"session.timeout.ms\" = \"6000\"",
+        "\"session.timeout.ms\" = \"45000\"",
+    )
+    .replace(
+        "\"max.poll.interval.ms\" = \"10000\"",
+        "\"max.poll.interval.ms\" = \"60000\"",
+    );
     let mut hosts = start_hosts_with(&dir, 2, &config);
     let refs: Vec<&HostProcess> = hosts.iter().collect();
     wait_for_stable_group(&refs, PARTITIONS, Duration::from_secs(90));
@@ -218,12 +294,21 @@ fn a_terminated_host_commits_and_leaves_and_the_other_takes_over_without_a_sessi
     assert!(log.contains("left the group"), "{log}");
     let deadline = Instant::now() + Duration::from_secs(30);
     while hosts[1].assignments().last().map(|(l, _)| l.len()) != Some(PARTITIONS as usize) {
-        assert!(Instant::now() < deadline, "host-1 did not take every task: {:?}", hosts[1].assignments());
+        assert!(
+            Instant::now() < deadline,
+            "host-1 did not take every task: {:?}",
+            hosts[1].assignments()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let takeover = t.elapsed();
-    eprintln!("host-0 exited after {exited:?}; host-1 held all {PARTITIONS} tasks after {takeover:?}");
-    assert!(takeover < Duration::from_secs(30), "took over in {takeover:?}, near the 45 s session timeout");
+    eprintln!(
+        "host-0 exited after {exited:?}; host-1 held all {PARTITIONS} tasks after {takeover:?}"
+    );
+    assert!(
+        takeover < Duration::from_secs(30),
+        "took over in {takeover:?}, near the 45 s session timeout"
+    );
 
     produce_and_close_windows(&tansu, 300..600);
     let tally = read_all_outcomes(&tansu, &stream::expected(600));

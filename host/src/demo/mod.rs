@@ -95,7 +95,11 @@ dead_letter_topic = "{DLQ}"
 }
 
 /// Runs the demo until the stream is done and its results are in, or `stop` is set.
-pub fn run(options: &DemoOptions, registry: Arc<PluginRegistry>, stop: &AtomicBool) -> Result<DemoSummary> {
+pub fn run(
+    options: &DemoOptions,
+    registry: Arc<PluginRegistry>,
+    stop: &AtomicBool,
+) -> Result<DemoSummary> {
     let cluster = MockCluster::new(1).context("starting the embedded broker")?;
     for topic in ["orders", "payments"] {
         cluster.create_topic(topic, PARTITIONS, 1)?;
@@ -107,7 +111,10 @@ pub fn run(options: &DemoOptions, registry: Arc<PluginRegistry>, stop: &AtomicBo
 
     let host = Arc::new(Host::new(demo_config(&bootstrap)?, registry.clone()));
     let admin = AdminServer::start(
-        &AdminConfig { bind: options.admin_bind.clone(), ..AdminConfig::default() },
+        &AdminConfig {
+            bind: options.admin_bind.clone(),
+            ..AdminConfig::default()
+        },
         AdminState {
             metrics: host.metrics.clone(),
             registry: registry.clone(),
@@ -115,7 +122,11 @@ pub fn run(options: &DemoOptions, registry: Arc<PluginRegistry>, stop: &AtomicBo
             token: None,
         },
     )?;
-    println!("plugin {}; admin: {}/metrics, /plugins, /healthz", registry.current().label, admin.url());
+    println!(
+        "plugin {}; admin: {}/metrics, /plugins, /healthz",
+        registry.current().label,
+        admin.url()
+    );
 
     let host_stop = Arc::new(AtomicBool::new(false));
     let host_thread = {
@@ -124,7 +135,9 @@ pub fn run(options: &DemoOptions, registry: Arc<PluginRegistry>, stop: &AtomicBo
     };
     let result = drive(options, &bootstrap, &host, stop);
     host_stop.store(true, Ordering::Relaxed);
-    let host_result = host_thread.join().map_err(|_| anyhow::anyhow!("the host thread panicked"))?;
+    let host_result = host_thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("the host thread panicked"))?;
     let mut summary = result?;
     host_result.context("the join host stopped")?;
     summary.dead_letters = host.stats.dead_lettered.load(Ordering::Relaxed) as usize;
@@ -133,10 +146,18 @@ pub fn run(options: &DemoOptions, registry: Arc<PluginRegistry>, stop: &AtomicBo
 
 /// Waits for the host's tasks, produces the stream in (compressed) real time on a thread, and
 /// reads the results as they come.
-fn drive(options: &DemoOptions, bootstrap: &str, host: &Host, stop: &AtomicBool) -> Result<DemoSummary> {
+fn drive(
+    options: &DemoOptions,
+    bootstrap: &str,
+    host: &Host,
+    stop: &AtomicBool,
+) -> Result<DemoSummary> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !host.metrics.read(|m| m.processing) {
-        anyhow::ensure!(Instant::now() < deadline, "the host got no partitions within 60 s");
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the host got no partitions within 60 s"
+        );
         if stop.load(Ordering::Relaxed) {
             return Ok(DemoSummary::default());
         }
@@ -175,9 +196,18 @@ fn drive(options: &DemoOptions, bootstrap: &str, host: &Host, stop: &AtomicBool)
         let stop_early = Arc::new(AtomicBool::new(false));
         let stop_flag = stop_early.clone();
         let handle = std::thread::spawn(move || -> Result<()> {
-            produce_stream(&producer, planned, EVENT_MS_PER_REAL_MS, &stop_flag, |key| {
-                produced_at.lock().unwrap_or_else(|e| e.into_inner()).insert(key.to_owned(), Instant::now());
-            })?;
+            produce_stream(
+                &producer,
+                planned,
+                EVENT_MS_PER_REAL_MS,
+                &stop_flag,
+                |key| {
+                    produced_at
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(key.to_owned(), Instant::now());
+                },
+            )?;
             done.store(true, Ordering::Relaxed);
             Ok(())
         });
@@ -200,8 +230,15 @@ fn drive(options: &DemoOptions, bootstrap: &str, host: &Host, stop: &AtomicBool)
         };
         let message = message.context("reading the output topic")?;
         last_output = Instant::now();
-        let Some(Ok(body)) = message.payload().map(serde_json::from_slice::<serde_json::Value>) else {
-            writeln!(stdout, "  (an output that is not JSON: {:?})", message.payload())?;
+        let Some(Ok(body)) = message
+            .payload()
+            .map(serde_json::from_slice::<serde_json::Value>)
+        else {
+            writeln!(
+                stdout,
+                "  (an output that is not JSON: {:?})",
+                message.payload()
+            )?;
             continue;
         };
         let order_id = body["order_id"].as_str().unwrap_or("?");
@@ -218,14 +255,20 @@ fn drive(options: &DemoOptions, bootstrap: &str, host: &Host, stop: &AtomicBool)
                     summary.match_latency_ms.push(ms);
                 }
                 if options.print {
-                    let latency = latency.map_or(String::new(), |ms| format!("{ms:>6.1} ms after the payment"));
+                    let latency = latency.map_or(String::new(), |ms| {
+                        format!("{ms:>6.1} ms after the payment")
+                    });
                     writeln!(stdout, "  paid    {order_id}  {amount:>8.2}  {latency}")?;
                 }
             }
             Some("unpaid") => {
                 summary.unpaid += 1;
                 if options.print {
-                    writeln!(stdout, "  UNPAID  {order_id}  {amount:>8.2}  no payment within {} s", WINDOW_MS / 1000)?;
+                    writeln!(
+                        stdout,
+                        "  UNPAID  {order_id}  {amount:>8.2}  no payment within {} s",
+                        WINDOW_MS / 1000
+                    )?;
                 }
             }
             other => {
@@ -235,7 +278,10 @@ fn drive(options: &DemoOptions, bootstrap: &str, host: &Host, stop: &AtomicBool)
             }
         }
     }
-    producer_thread.0.join().map_err(|_| anyhow::anyhow!("the demo's producer panicked"))??;
+    producer_thread
+        .0
+        .join()
+        .map_err(|_| anyhow::anyhow!("the demo's producer panicked"))??;
     summary.open = summary.orders.saturating_sub(summary.paid + summary.unpaid);
     summary.match_latency_ms.sort_by(f64::total_cmp);
     Ok(summary)
@@ -274,11 +320,17 @@ pub fn produce_stream(
             producer.poll(wait);
         }
         let topic = if p.is_order { "orders" } else { "payments" };
-        let mut record = BaseRecord::to(topic).key(&p.key).payload(&p.value).timestamp(base_ts + p.timestamp);
+        let mut record = BaseRecord::to(topic)
+            .key(&p.key)
+            .payload(&p.value)
+            .timestamp(base_ts + p.timestamp);
         loop {
             match producer.send(record) {
                 Ok(()) => break,
-                Err((e, back)) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) => {
+                Err((e, back))
+                    if e.rdkafka_error_code()
+                        == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) =>
+                {
                     record = back;
                     producer.poll(Duration::from_millis(10));
                 }
@@ -288,13 +340,21 @@ pub fn produce_stream(
         sent(&p.key);
         count += 1;
     }
-    producer.flush(Duration::from_secs(30)).context("records not acknowledged within 30 s")?;
+    producer
+        .flush(Duration::from_secs(30))
+        .context("records not acknowledged within 30 s")?;
     Ok(count)
 }
 
 /// `cojoin generate`: the demo's stream, produced to the `orders` and `payments` topics of a real
 /// broker. Returns the number of records produced.
-pub fn generate(bootstrap: &str, events: usize, seed: u64, speed: i64, stop: &AtomicBool) -> Result<usize> {
+pub fn generate(
+    bootstrap: &str,
+    events: usize,
+    seed: u64,
+    speed: i64,
+    stop: &AtomicBool,
+) -> Result<usize> {
     let producer = stream_producer(bootstrap)?;
     let (planned, _) = stream::generate(events, seed);
     produce_stream(&producer, planned, speed, stop, |_| {})

@@ -109,7 +109,11 @@ pub fn generate(events: usize, seed: u64) -> (Vec<Planned>, Vec<Fate>) {
         });
         if f != Fate::Never {
             planned.push(Planned {
-                arrival: if f == Fate::Delayed { pay_ts + 40_000 } else { pay_ts },
+                arrival: if f == Fate::Delayed {
+                    pay_ts + 40_000
+                } else {
+                    pay_ts
+                },
                 is_order: false,
                 value: format!(r#"{{"order_id":"{key}","amount":{amount},"method":"card"}}"#),
                 key,
@@ -145,8 +149,19 @@ mod tests {
     fn payments_keep_their_order_s_key_and_amount_and_only_delayed_ones_arrive_late() {
         let (planned, _) = generate(500, 3);
         for p in planned.iter().filter(|p| !p.is_order) {
-            let order = planned.iter().find(|o| o.is_order && o.key == p.key).unwrap();
-            let amount = |v: &str| v.split("\"amount\":").nth(1).unwrap().split([',', '}']).next().unwrap().to_owned();
+            let order = planned
+                .iter()
+                .find(|o| o.is_order && o.key == p.key)
+                .unwrap();
+            let amount = |v: &str| {
+                v.split("\"amount\":")
+                    .nth(1)
+                    .unwrap()
+                    .split([',', '}'])
+                    .next()
+                    .unwrap()
+                    .to_owned()
+            };
             assert_eq!(amount(&order.value), amount(&p.value));
             let delay = p.arrival - p.timestamp;
             assert!(delay == 0 || delay == 40_000, "{p:?}");
@@ -154,7 +169,12 @@ mod tests {
             // goes on long enough after it for stream time to have passed them too.
             if delay > 0 {
                 assert!(p.arrival > p.timestamp + WINDOW_MS + GRACE_MS);
-                let last_order = planned.iter().filter(|o| o.is_order).map(|o| o.timestamp).max().unwrap();
+                let last_order = planned
+                    .iter()
+                    .filter(|o| o.is_order)
+                    .map(|o| o.timestamp)
+                    .max()
+                    .unwrap();
                 assert!(p.arrival + WINDOW_MS < last_order, "{p:?}");
             }
         }

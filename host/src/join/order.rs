@@ -298,9 +298,15 @@ mod tests {
         // The right partition holds offsets 0..3 on the broker, none fetched yet.
         q.set_end_offset(Side::Right, Some(3));
         assert!(q.next(0).is_none());
-        assert!(q.next(5_000).is_none(), "max idle must not apply to a known backlog");
+        assert!(
+            q.next(5_000).is_none(),
+            "max idle must not apply to a known backlog"
+        );
         q.push(Side::Right, ev(0, 1_000));
-        assert_eq!(q.next(5_001).map(|(s, e)| (s, e.offset)), Some((Side::Right, 0)));
+        assert_eq!(
+            q.next(5_001).map(|(s, e)| (s, e.offset)),
+            Some((Side::Right, 0))
+        );
         // Offsets 1 and 2 are awaited.
         assert!(q.next(5_102).is_none());
         q.push(Side::Right, ev(1, 1_100));
@@ -308,7 +314,10 @@ mod tests {
         assert_eq!(drain(&mut q, 5_102).len(), 2);
         // Caught up with what the broker reported: max idle applies again.
         assert!(q.next(5_103).is_none());
-        assert_eq!(q.next(5_203).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+        assert_eq!(
+            q.next(5_203).map(|(s, e)| (s, e.offset)),
+            Some((Side::Left, 0))
+        );
     }
 
     #[test]
@@ -319,10 +328,16 @@ mod tests {
         q.push(Side::Left, ev(0, 5_000));
         q.set_end_offset(Side::Right, None);
         assert!(q.next(1_000).is_none());
-        assert!(q.next(5_000).is_none(), "max idle must not apply before the first fetch");
+        assert!(
+            q.next(5_000).is_none(),
+            "max idle must not apply before the first fetch"
+        );
         // The first fetch response says the partition is empty: max idle applies.
         q.set_end_offset(Side::Right, Some(0));
-        assert_eq!(q.next(5_000).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+        assert_eq!(
+            q.next(5_000).map(|(s, e)| (s, e.offset)),
+            Some((Side::Left, 0))
+        );
     }
 
     #[test]
@@ -335,13 +350,19 @@ mod tests {
         q.set_end_offset_floor(Side::Right, 2);
         q.set_end_offset(Side::Right, Some(0));
         assert!(q.next(0).is_none());
-        assert!(q.next(5_000).is_none(), "unknown until a fetch response at or past the floor");
+        assert!(
+            q.next(5_000).is_none(),
+            "unknown until a fetch response at or past the floor"
+        );
         q.set_end_offset(Side::Right, Some(2));
         assert!(q.next(5_001).is_none(), "offsets 0 and 1 are on the broker");
         q.push(Side::Right, ev(0, 100));
         q.push(Side::Right, ev(1, 200));
         assert_eq!(drain(&mut q, 5_001).len(), 2);
-        assert_eq!(q.next(5_101).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+        assert_eq!(
+            q.next(5_101).map(|(s, e)| (s, e.offset)),
+            Some((Side::Left, 0))
+        );
     }
 
     #[test]
@@ -358,7 +379,10 @@ mod tests {
         assert_eq!(q.next(BACKLOG_WAIT_MS).map(|(_, e)| e.offset), Some(0));
         // Given up at this offset: the next record waits max idle only.
         assert!(q.next(BACKLOG_WAIT_MS + 1).is_none());
-        assert_eq!(q.next(BACKLOG_WAIT_MS + 101).map(|(_, e)| e.offset), Some(1));
+        assert_eq!(
+            q.next(BACKLOG_WAIT_MS + 101).map(|(_, e)| e.offset),
+            Some(1)
+        );
     }
 
     #[test]

@@ -23,10 +23,10 @@ use crate::event::{Event, Side};
 use crate::join::CommitPoint;
 use crate::kafka::assignment;
 use crate::metrics::{Metrics, TaskGauges};
-use crate::task::TaskCounters;
-use crate::worker::action::MeteredWorker;
 use crate::plugin::PluginRegistry;
+use crate::task::TaskCounters;
 use crate::task::{DeadLetterReason, Emit, PartitionTask};
+use crate::worker::action::MeteredWorker;
 use crate::worker::replay::task_policy;
 
 /// How often commit points are committed while running (also on revoke and shutdown).
@@ -72,9 +72,7 @@ fn lag_of(
             _ => None,
         }
     };
-    tasks
-        .map(|p| (p, [lag(left, p), lag(right, p)]))
-        .collect()
+    tasks.map(|p| (p, [lag(left, p), lag(right, p)])).collect()
 }
 
 /// What the rebalance callbacks and the loop share. Locked only briefly, never across I/O other
@@ -288,7 +286,9 @@ impl Host {
                 if task.halted().is_some() {
                     continue;
                 }
-                task.set_end_offsets([left, right].map(|t| cached_high_watermark(&consumer, t, task.partition)));
+                task.set_end_offsets(
+                    [left, right].map(|t| cached_high_watermark(&consumer, t, task.partition)),
+                );
                 let batch = task.run(now, &mut worker, &mut sleep);
                 self.send_emits(&producer, &batch.emits)?;
                 batches.push((task.partition, batch));
@@ -317,7 +317,8 @@ impl Host {
                 last_lag = Instant::now();
             }
             self.publish_metrics(&tasks, &retired, &lags, &mut worker);
-            self.heartbeat_ms.store(crate::admin::now_ms(), Ordering::Relaxed);
+            self.heartbeat_ms
+                .store(crate::admin::now_ms(), Ordering::Relaxed);
             if last_commit.elapsed() >= COMMIT_INTERVAL {
                 self.commit(&consumer, &shared, CommitMode::Async);
                 last_commit = Instant::now();
@@ -359,7 +360,11 @@ impl Host {
         };
         self.metrics.update(|m| m.rebalances += 1);
         let held = |topic: &str| -> Vec<i32> {
-            let mut ps: Vec<i32> = assigned.iter().filter(|(t, _)| t == topic).map(|(_, p)| *p).collect();
+            let mut ps: Vec<i32> = assigned
+                .iter()
+                .filter(|(t, _)| t == topic)
+                .map(|(_, p)| *p)
+                .collect();
             ps.sort_unstable();
             ps
         };
@@ -407,11 +412,17 @@ impl Host {
             let mut task = PartitionTask::new(p, policy.clone(), start);
             // The consumer's cached end offsets may predate this assignment (kept from an earlier
             // one): the broker's answer now is the floor below which they are not trusted.
-            task.set_end_offset_floors([left, right].map(|t| match consumer.fetch_watermarks(t, p, TIMEOUT) {
-                Ok((_, high)) => high,
-                Err(e) => {
-                    tracing::warn!(topic = t, partition = p, "end offset not known until the first fetch: {e}");
-                    0
+            task.set_end_offset_floors([left, right].map(|t| {
+                match consumer.fetch_watermarks(t, p, TIMEOUT) {
+                    Ok((_, high)) => high,
+                    Err(e) => {
+                        tracing::warn!(
+                            topic = t,
+                            partition = p,
+                            "end offset not known until the first fetch: {e}"
+                        );
+                        0
+                    }
                 }
             }));
             tasks.insert(p, task);
@@ -442,8 +453,12 @@ impl Host {
         let calls = worker.take_calls();
         let (left, right) = (&self.config.join.left, &self.config.join.right);
         self.metrics.update(|m| {
-            m.consumed.insert(left.clone(), self.stats.consumed[0].load(Ordering::Relaxed));
-            m.consumed.insert(right.clone(), self.stats.consumed[1].load(Ordering::Relaxed));
+            m.consumed
+                .insert(left.clone(), self.stats.consumed[0].load(Ordering::Relaxed));
+            m.consumed.insert(
+                right.clone(),
+                self.stats.consumed[1].load(Ordering::Relaxed),
+            );
             m.counters = counters;
             m.produced = self.stats.produced.load(Ordering::Relaxed);
             m.tasks = gauges;
@@ -577,7 +592,10 @@ impl Host {
 /// `failed_before`. Not `flush`: rdkafka's `BaseProducer::poll` always waits out its whole timeout,
 /// and `flush` polls in 100 ms steps, so every flush took at least 100 ms (seen here: exactly 100 ms
 /// per batch on the mock cluster, which capped a task at 10 batches a second).
-fn await_acknowledgements(producer: &BaseProducer<DeliveryCount>, failed_before: u64) -> Result<()> {
+fn await_acknowledgements(
+    producer: &BaseProducer<DeliveryCount>,
+    failed_before: u64,
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while producer.in_flight_count() > 0 {
         if Instant::now() >= deadline {
