@@ -2,6 +2,7 @@
 #   make demo    build the host and the example plugins, run the join on an embedded broker
 #   make test    everything CI runs: plugins in three languages, then the test suite
 #   make bench   plugin call and load benchmarks (prints a table)
+#   make bench-matcher  the join core alone: ns per event, bytes per held event
 #   make bench-join  the join on tansu against the bare consumer and the Python peers (a table, ratios)
 #   make plugins build every plugin component into build/plugins/
 #   make tansu   install the tansu broker the end-to-end tests run (once)
@@ -20,7 +21,7 @@ HOST := target/release/cojoin
 TANSU_VERSION := 0.6.0
 TANSU := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin/tansu
 
-.PHONY: all demo test bench bench-join plugins setup wasm-target host rust-plugins tansu
+.PHONY: all demo test bench bench-matcher bench-join plugins setup wasm-target host rust-plugins tansu
 all: plugins host
 
 # --- toolchains ---------------------------------------------------------------------------------
@@ -97,6 +98,9 @@ test: plugins tansu
 
 bench: plugins
 	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) bench -p cojoin --bench plugin_call
+
+bench-matcher:
+	$(CARGO) bench -p cojoin --bench matcher
 
 bench-join: plugins host tansu $(VENV_BENCH)/.installed
 	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) TANSU_BIN=$(TANSU) PYTHON_BENCH=$(CURDIR)/$(VENV_BENCH)/bin/python \
