@@ -79,16 +79,7 @@ fn main() {
 
     let peers = root().join("host/benches/peers");
     eprintln!("producing {records} records per topic…");
-    let out = Command::new(&python)
-        .arg(peers.join("produce.py"))
-        .args([
-            "--bootstrap",
-            &tansu.bootstrap,
-            "--left",
-            "left",
-            "--right",
-            "right",
-        ])
+    let out = peer(&python, &peers, "produce.py", &tansu.bootstrap)
         .args([
             "--records",
             &records.to_string(),
@@ -141,27 +132,32 @@ fn main() {
         ("quixstreams", "quix_join.py"),
     ] {
         if run(name) {
-            let mut cmd = Command::new(&python);
-            cmd.arg(peers.join(script))
-                .args([
-                    "--bootstrap",
-                    &tansu.bootstrap,
-                    "--left",
-                    "left",
-                    "--right",
-                    "right",
-                ])
-                .args([
-                    "--window-ms",
-                    &WINDOW_MS.to_string(),
-                    "--grace-ms",
-                    &GRACE_MS.to_string(),
-                ])
-                .args(["--expect", &total.to_string()]);
+            let mut cmd = peer(&python, &peers, script, &tansu.bootstrap);
+            cmd.args([
+                "--window-ms",
+                &WINDOW_MS.to_string(),
+                "--grace-ms",
+                &GRACE_MS.to_string(),
+            ])
+            .args(["--expect", &total.to_string()]);
             table.push(timed(name, &mut cmd));
         }
     }
     report(&table, expected, records);
+}
+
+/// A script of host/benches/peers/ run by `python`, pointed at the broker's `left` and `right`.
+fn peer(python: &Path, peers: &Path, script: &str, bootstrap: &str) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.arg(peers.join(script)).args([
+        "--bootstrap",
+        bootstrap,
+        "--left",
+        "left",
+        "--right",
+        "right",
+    ]);
+    cmd
 }
 
 fn env_or(name: &str, default: u64) -> u64 {
