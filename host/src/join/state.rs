@@ -10,7 +10,7 @@
 //!
 //! Every pair is reported exactly once, by the event that arrives second.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::event::{Event, Side};
@@ -88,43 +88,20 @@ impl KeyEvents {
 
 /// Fixed cost counted per held event on top of its bytes: the `Held` entry, the `Arc` header and
 /// the expiry-index entry.
-const PER_EVENT_OVERHEAD: usize = std::mem::size_of::<Held>() + 16 + 48;
+const PER_EVENT_OVERHEAD: usize =
+    std::mem::size_of::<Held>() + 16 + std::mem::size_of::<((i64, u64), (Side, Arc<Event>))>();
 
 pub struct JoinState {
     window: JoinWindow,
     kind: JoinKind,
     stream_time: Option<i64>,
     keys: HashMap<Vec<u8>, KeyEvents>,
-    /// (close time, id, side, key): what to evict as stream time advances, oldest first.
-    expiry: BTreeSet<(i64, u64, SideOrd, Vec<u8>)>,
+    /// (close time, id) → the held event: what to evict as stream time advances, oldest first.
+    /// The event, not a copy of its key: no second allocation per event, no key held twice.
+    expiry: BTreeMap<(i64, u64), (Side, Arc<Event>)>,
     next_id: u64,
     bytes: usize,
     events: usize,
-}
-
-/// `Side` with an order, for the expiry index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum SideOrd {
-    Left,
-    Right,
-}
-
-impl From<Side> for SideOrd {
-    fn from(side: Side) -> Self {
-        match side {
-            Side::Left => SideOrd::Left,
-            Side::Right => SideOrd::Right,
-        }
-    }
-}
-
-impl From<SideOrd> for Side {
-    fn from(side: SideOrd) -> Self {
-        match side {
-            SideOrd::Left => Side::Left,
-            SideOrd::Right => Side::Right,
-        }
-    }
 }
 
 fn event_bytes(event: &Event) -> usize {
@@ -146,7 +123,7 @@ impl JoinState {
             kind,
             stream_time: None,
             keys: HashMap::new(),
-            expiry: BTreeSet::new(),
+            expiry: BTreeMap::new(),
             next_id: 0,
             bytes: 0,
             events: 0,
@@ -199,7 +176,14 @@ impl JoinState {
         self.stream_time = Some(self.stream_time.map_or(ts, |st| st.max(ts)));
 
         let window = self.window.window_ms;
-        let entry = self.keys.entry(event.key.clone()).or_default();
+        // Looked up by reference first: a key already held costs no allocation.
+        if !self.keys.contains_key(event.key.as_slice()) {
+            self.keys.insert(event.key.clone(), KeyEvents::default());
+        }
+        let entry = self
+            .keys
+            .get_mut(event.key.as_slice())
+            .expect("inserted above");
         let other = match side {
             Side::Left => Side::Right,
             Side::Right => Side::Left,
@@ -222,8 +206,7 @@ impl JoinState {
         self.bytes += event_bytes(&event) + PER_EVENT_OVERHEAD;
         self.events += 1;
         let close = ts.saturating_add(self.window.retention());
-        self.expiry
-            .insert((close, id, side.into(), event.key.clone()));
+        self.expiry.insert((close, id), (side, event.clone()));
         entry.side(side).push(Held {
             id,
             event,
@@ -236,13 +219,13 @@ impl JoinState {
     /// Removes every event whose window and grace have passed, reporting unmatched ones per kind.
     fn expire(&mut self, out: &mut Vec<JoinOutcome>) {
         let Some(st) = self.stream_time else { return };
-        while let Some(first) = self.expiry.first() {
-            if first.0 >= st {
+        while let Some((&(close, _), _)) = self.expiry.first_key_value() {
+            if close >= st {
                 break;
             }
-            let (_, id, side, key) = self.expiry.pop_first().expect("checked non-empty");
-            let side = Side::from(side);
-            let Some(entry) = self.keys.get_mut(&key) else {
+            let ((_, id), (side, expiring)) = self.expiry.pop_first().expect("checked non-empty");
+            let key = expiring.key.as_slice();
+            let Some(entry) = self.keys.get_mut(key) else {
                 continue;
             };
             let list = entry.side(side);
@@ -258,7 +241,7 @@ impl JoinState {
                 }
             }
             if entry.left.is_empty() && entry.right.is_empty() {
-                self.keys.remove(&key);
+                self.keys.remove(key);
             }
         }
     }
