@@ -146,13 +146,7 @@ impl HostProcess {
     pub fn admin_url(&self, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         loop {
-            let url = log_lines(&self.log).into_iter().find_map(|l| {
-                (l["fields"]["message"]
-                    .as_str()?
-                    .starts_with("admin server listening"))
-                .then(|| l["fields"]["url"].as_str().map(str::to_owned))?
-            });
-            if let Some(url) = url {
+            if let Some(url) = logged_admin_url(&self.log) {
                 return url;
             }
             assert!(
@@ -182,6 +176,16 @@ impl Drop for HostProcess {
             let _ = child.wait();
         }
     }
+}
+
+/// The admin server's URL a `cojoin run` JSON log at `path` announced, if it has yet.
+pub fn logged_admin_url(path: &Path) -> Option<String> {
+    log_lines(path).into_iter().find_map(|l| {
+        (l["fields"]["message"]
+            .as_str()?
+            .starts_with("admin server listening"))
+        .then(|| l["fields"]["url"].as_str().map(str::to_owned))?
+    })
 }
 
 fn log_lines(path: &Path) -> Vec<serde_json::Value> {

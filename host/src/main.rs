@@ -359,12 +359,7 @@ fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {
     let _admin = if admin_config.enabled {
         let server = cojoin::admin::AdminServer::start(
             &admin_config,
-            cojoin::admin::AdminState {
-                metrics: host.metrics.clone(),
-                registry: registry.clone(),
-                heartbeat_ms: host.heartbeat_ms.clone(),
-                token: admin_config.token.clone(),
-            },
+            host.admin_state(admin_config.token.clone()),
         )?;
         tracing::info!(url = %server.url(), "admin server listening (/metrics, /healthz, /readyz, /plugins)");
         Some(server)

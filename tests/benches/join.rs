@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cojoin_e2e::broker::Tansu;
+use cojoin_e2e::hosts::logged_admin_url;
 use cojoin_e2e::http::{get, sample};
 use cojoin_e2e::{cojoin_bin, plugin, root};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -387,21 +388,10 @@ bind = "127.0.0.1:0"
 fn admin_url(log: &Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(url) = text.lines().find_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            v["fields"]["message"]
-                .as_str()?
-                .starts_with("admin server listening")
-                .then_some(())?;
-            v["fields"]["url"].as_str().map(str::to_owned)
-        }) {
+        if let Some(url) = logged_admin_url(log) {
             return url;
         }
-        assert!(
-            Instant::now() < deadline,
-            "no admin URL in {log:?}:\n{text}"
-        );
+        assert!(Instant::now() < deadline, "no admin URL in {log:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -20,7 +20,7 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::admin::{AdminServer, AdminState};
+use crate::admin::AdminServer;
 use crate::config::{AdminConfig, Config};
 use crate::plugin::PluginRegistry;
 use crate::worker::run::Host;
@@ -115,12 +115,7 @@ pub fn run(
             bind: options.admin_bind.clone(),
             ..AdminConfig::default()
         },
-        AdminState {
-            metrics: host.metrics.clone(),
-            registry: registry.clone(),
-            heartbeat_ms: host.heartbeat_ms.clone(),
-            token: None,
-        },
+        host.admin_state(None),
     )?;
     println!(
         "plugin {}; admin: {}/metrics, /plugins, /healthz",

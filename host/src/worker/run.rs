@@ -198,6 +198,16 @@ impl Host {
         }
     }
 
+    /// What the admin server reads of this host; `token` guards every request but `/healthz`.
+    pub fn admin_state(&self, token: Option<String>) -> crate::admin::AdminState {
+        crate::admin::AdminState {
+            metrics: self.metrics.clone(),
+            registry: self.registry.clone(),
+            heartbeat_ms: self.heartbeat_ms.clone(),
+            token,
+        }
+    }
+
     /// Runs until `shutdown` is set; then finishes the round, commits and leaves the group.
     pub fn run(&self, shutdown: &AtomicBool) -> Result<()> {
         let cfg = &self.config;
