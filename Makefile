@@ -1,8 +1,8 @@
 # cojoin build entry point. Every target installs what it needs, once, and skips what is there.
 #   make demo    build the host and the example plugins, run the join on an embedded broker
 #   make test    everything CI runs: plugins in three languages, then the test suite
-#   make bench   plugin call and load benchmarks (prints a table)
-#   make bench-matcher  the join core alone: ns per event, bytes per held event
+#   make bench   plugin call (criterion) and load benchmarks
+#   make bench-matcher  the join core alone (criterion), and heap bytes per held event
 #   make bench-join  the join on tansu against the bare consumer and the Python peers (a table, ratios)
 #   make plugins build every plugin component into build/plugins/
 #   make tansu   install the tansu broker the end-to-end tests run (once)
@@ -98,9 +98,11 @@ test: plugins tansu
 
 bench: plugins
 	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) bench -p cojoin --bench plugin_call
+	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) bench -p cojoin --bench plugin_load
 
 bench-matcher:
 	$(CARGO) bench -p cojoin --bench matcher
+	$(CARGO) bench -p cojoin --bench memory
 
 bench-join: plugins host tansu $(VENV_BENCH)/.installed
 	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) TANSU_BIN=$(TANSU) PYTHON_BENCH=$(CURDIR)/$(VENV_BENCH)/bin/python \

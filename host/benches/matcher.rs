@@ -1,15 +1,17 @@
-//! Join core benchmark: the cost per event of `JoinState::insert` (probe the other side, hold the
-//! event, expire what stream time passed) and of `TaskQueue` ordering (timed with a clone of each
-//! event, which the consumer side does not pay), with 100-byte and 1 KB
-//! values, and the bytes the state accounts per held event. No Kafka, no plugin: the pure core.
-//! Prints the median of 5 runs of each case; run with `make bench-matcher`.
+//! Join core micro-benchmarks (criterion): the cost per event of `JoinState::insert` when it only
+//! holds, when it probes and matches, and in a steady state where every insert expires an event;
+//! and of `TaskQueue` ordering. No Kafka, no plugin: the pure core. Bytes per held event are in
+//! `benches/memory.rs`. Run with `make bench-matcher`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 use cojoin::event::{Event, Side};
-use cojoin::join::{JoinKind, JoinOutcome, JoinState, JoinWindow, TaskQueue};
+use cojoin::join::{JoinKind, JoinState, JoinWindow, TaskQueue};
 
-const EVENTS: i64 = 200_000;
+const EVENTS: i64 = 100_000;
+const BASE_TS: i64 = 1_700_000_000_000;
 
 fn event(topic: &str, key: u64, offset: i64, ts: i64, value_bytes: usize) -> Event {
     Event {
@@ -17,106 +19,147 @@ fn event(topic: &str, key: u64, offset: i64, ts: i64, value_bytes: usize) -> Eve
         partition: 0,
         offset,
         timestamp: ts,
-        key: format!("k-{key}").into_bytes(),
-        value: Some(vec![b'x'; value_bytes]),
-        headers: vec![],
+        key: format!("k-{key:010}").into_bytes().into(),
+        value: Some(vec![b'x'; value_bytes].into()),
+        headers: Box::default(),
     }
 }
 
-/// Left event i at 10 ms steps; right event i 5 ms later for even i (a match), a key of its own
-/// for odd i (no partner). The window holds 100 events per side.
-fn stream(value_bytes: usize) -> Vec<(Side, Event)> {
-    let mut out = Vec::with_capacity(2 * EVENTS as usize);
-    for i in 0..EVENTS {
-        let ts = 1_700_000_000_000 + i * 10;
-        out.push((Side::Left, event("left", i as u64, i, ts, value_bytes)));
-        let key = if i % 2 == 0 {
-            i as u64
-        } else {
-            1 << 40 | i as u64
-        };
-        out.push((Side::Right, event("right", key, i, ts + 5, value_bytes)));
-    }
-    out
+fn lefts(value_bytes: usize) -> Vec<Event> {
+    (0..EVENTS)
+        .map(|i| event("orders", i as u64, i, BASE_TS + i * 10, value_bytes))
+        .collect()
 }
 
-fn median(mut xs: Vec<Duration>) -> Duration {
-    xs.sort();
-    xs[xs.len() / 2]
-}
+/// A window that holds every event of the run: nothing expires.
+const HOLD_ALL: JoinWindow = JoinWindow {
+    window_ms: 1 << 40,
+    grace_ms: 0,
+};
 
-/// Inserts the whole stream into a fresh state; (time, matches, expiries, bytes per held event).
-fn run_state(events: Vec<(Side, Event)>, kind: JoinKind) -> (Duration, usize, usize, f64) {
-    let window = JoinWindow {
-        window_ms: 1_000,
-        grace_ms: 0,
-    };
-    let mut state = JoinState::new(window, kind);
+fn insert_all(state: &mut JoinState, side: Side, events: Vec<Event>) -> usize {
     let mut out = Vec::new();
-    let (mut matches, mut expiries) = (0, 0);
-    let started = Instant::now();
-    for (side, e) in events {
+    let mut outcomes = 0;
+    for e in events {
         state.insert(side, e, &mut out);
-        for o in out.drain(..) {
-            match o {
-                JoinOutcome::Match { .. } => matches += 1,
-                JoinOutcome::Expired { .. } => expiries += 1,
-                JoinOutcome::Late { .. } => {}
-            }
-        }
+        outcomes += out.len();
+        out.clear();
     }
-    let took = started.elapsed();
-    let (held, bytes) = state.held();
-    (took, matches, expiries, bytes as f64 / held.max(1) as f64)
+    outcomes
 }
 
-fn run_queue(events: Vec<(Side, Event)>) -> Duration {
-    let mut queue = TaskQueue::new(0);
-    queue.set_replay(Side::Left, 0, None);
-    queue.set_replay(Side::Right, 0, None);
-    let started = Instant::now();
-    // Pushed in chunks as a consumer round would, then drained in timestamp order.
-    for chunk in events.chunks(1_000) {
-        for (side, e) in chunk {
-            queue.push(*side, e.clone());
-        }
-        while queue.next(0).is_some() {}
-    }
-    started.elapsed()
-}
-
-fn main() {
-    if std::env::args().any(|a| a == "--list") {
-        return;
-    }
-    println!("join core, {EVENTS} + {EVENTS} events, window 1 s (100 events per side held), median of 5 runs");
-    println!(
-        "{:<34} {:>12} {:>10} {:>10} {:>16}",
-        "case", "ns/event", "matches", "expiries", "bytes/held event"
-    );
+fn join_state(c: &mut Criterion) {
+    let mut g = c.benchmark_group("join_state");
+    g.throughput(Throughput::Elements(EVENTS as u64));
+    g.sample_size(20).measurement_time(Duration::from_secs(8));
     for value_bytes in [100, 1_000] {
-        for (name, kind) in [("inner", JoinKind::Inner), ("left", JoinKind::Left)] {
-            let mut times = Vec::new();
-            let mut last = (0, 0, 0.0);
-            for _ in 0..5 {
-                let (t, m, x, b) = run_state(stream(value_bytes), kind);
-                times.push(t);
-                last = (m, x, b);
-            }
-            let per = median(times).as_nanos() as f64 / (2 * EVENTS) as f64;
-            println!(
-                "{:<34} {per:>12.0} {:>10} {:>10} {:>16.0}",
-                format!("JoinState::insert, {name}, {value_bytes} B"),
-                last.0,
-                last.1,
-                last.2
-            );
-        }
-        let times: Vec<Duration> = (0..5).map(|_| run_queue(stream(value_bytes))).collect();
-        let per = median(times).as_nanos() as f64 / (2 * EVENTS) as f64;
-        println!(
-            "{:<34} {per:>12.0}",
-            format!("TaskQueue push+next+clone, {value_bytes} B")
+        // Hold: a key of its own per event, nothing to match, nothing expires.
+        g.bench_function(format!("insert, hold only, {value_bytes} B"), |b| {
+            b.iter_batched(
+                || lefts(value_bytes),
+                |events| {
+                    let mut state = JoinState::new(HOLD_ALL, JoinKind::Inner);
+                    insert_all(&mut state, Side::Left, events);
+                    state
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        // Probe and match: every right event finds one held left event.
+        g.bench_function(format!("insert, probe + match, {value_bytes} B"), |b| {
+            b.iter_batched(
+                || {
+                    let mut state = JoinState::new(HOLD_ALL, JoinKind::Inner);
+                    insert_all(&mut state, Side::Left, lefts(value_bytes));
+                    let rights: Vec<Event> = (0..EVENTS)
+                        .map(|i| event("payments", i as u64, i, BASE_TS + i * 10 + 5, value_bytes))
+                        .collect();
+                    (state, rights)
+                },
+                |(mut state, rights)| {
+                    let matches = insert_all(&mut state, Side::Right, rights);
+                    assert_eq!(matches, EVENTS as usize);
+                    state
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        // Steady state, left join: a 1 s window holds 100 events, so every insert expires one,
+        // and half of those are reported unmatched.
+        g.bench_function(
+            format!("insert, steady state with expiry, {value_bytes} B"),
+            |b| {
+                let window = JoinWindow {
+                    window_ms: 1_000,
+                    grace_ms: 0,
+                };
+                b.iter_batched(
+                    || {
+                        let mut state = JoinState::new(window, JoinKind::Left);
+                        let warm: Vec<Event> = (0..200)
+                            .map(|i| {
+                                event(
+                                    "orders",
+                                    u64::MAX - i as u64,
+                                    i,
+                                    BASE_TS - 2_000 + i * 10,
+                                    value_bytes,
+                                )
+                            })
+                            .collect();
+                        insert_all(&mut state, Side::Left, warm);
+                        (state, lefts(value_bytes))
+                    },
+                    |(mut state, events)| {
+                        let outcomes = insert_all(&mut state, Side::Left, events);
+                        assert!(outcomes > 0);
+                        state
+                    },
+                    BatchSize::PerIteration,
+                )
+            },
         );
     }
+    g.finish();
 }
+
+fn task_queue(c: &mut Criterion) {
+    let mut g = c.benchmark_group("task_queue");
+    g.throughput(Throughput::Elements(2 * EVENTS as u64));
+    g.sample_size(20);
+    g.bench_function("push + next, 100 B", |b| {
+        b.iter_batched(
+            || {
+                let mut events = Vec::with_capacity(2 * EVENTS as usize);
+                for i in 0..EVENTS {
+                    let ts = BASE_TS + i * 10;
+                    events.push((Side::Left, event("orders", i as u64, i, ts, 100)));
+                    events.push((Side::Right, event("payments", i as u64, i, ts + 5, 100)));
+                }
+                events
+            },
+            |events| {
+                let mut queue = TaskQueue::new(0);
+                queue.set_replay(Side::Left, 0, None);
+                queue.set_replay(Side::Right, 0, None);
+                let mut taken = 0;
+                // Pushed in chunks as a consumer round would, then drained in timestamp order.
+                let mut events = events.into_iter().peekable();
+                while events.peek().is_some() {
+                    for (side, e) in events.by_ref().take(1_000) {
+                        queue.push(side, e);
+                    }
+                    while queue.next(0).is_some() {
+                        taken += 1;
+                    }
+                }
+                taken
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, join_state, task_queue);
+criterion_main!(benches);

@@ -1,200 +1,53 @@
-//! Plugin runtime benchmark: per-call cost of `on-match` per language with 100-byte values, and load
-//! times (cold compile, cached load, instantiate + init). Prints medians; run with `make bench`.
-//!
-//! Each figure is the median of several runs in one process on whatever machine runs it; compare
-//! rows of one run rather than numbers across machines.
+//! The cost of one `on-match` call per plugin language (criterion), with 100-byte values: the
+//! host's copy of both events into the guest, the call, and reading the returned records back.
+//! Needs the built plugins (`make plugins`); run with `make bench`.
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use cojoin::event::Event;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
 #[path = "../tests/support/mod.rs"]
 mod support;
-use support::plugin_path;
+use support::{event_100b, plugin_path};
 
 use cojoin::plugin::{EngineOptions, PluginEngine, PluginLimits, PluginRegistry};
 
-/// An event whose value is exactly 100 bytes of JSON.
-fn event(topic: &str, key: &str) -> Event {
-    let head = format!("{{\"id\":\"{key}\",\"amount\":42.5,\"pad\":\"");
-    let pad = "x".repeat(100 - head.len() - 2);
-    let value = format!("{head}{pad}\"}}");
-    assert_eq!(value.len(), 100);
-    Event {
-        topic: topic.into(),
-        partition: 0,
-        offset: 12345,
-        timestamp: 1_764_680_400_000,
-        key: key.as_bytes().to_vec(),
-        value: Some(value.into_bytes()),
-        headers: vec![],
-    }
-}
-
-fn median(mut xs: Vec<Duration>) -> Duration {
-    xs.sort();
-    xs[xs.len() / 2]
-}
-
-fn fmt(d: Duration) -> String {
-    let ns = d.as_nanos();
-    if ns < 10_000 {
-        format!("{:.2} µs", ns as f64 / 1e3)
-    } else if ns < 10_000_000 {
-        format!("{:.1} µs", ns as f64 / 1e3)
-    } else {
-        format!("{:.1} ms", ns as f64 / 1e6)
-    }
-}
-
-fn engine(cache: Option<PathBuf>) -> std::sync::Arc<PluginEngine> {
-    PluginEngine::new(EngineOptions {
-        cache_dir: cache,
+fn on_match(c: &mut Criterion) {
+    let cache = tempfile::tempdir().unwrap();
+    let engine = PluginEngine::new(EngineOptions {
+        cache_dir: Some(cache.path().to_owned()),
         ..EngineOptions::default()
     })
-    .unwrap()
-}
-
-fn main() {
-    // `cargo bench` passes --bench; a filter argument is not supported.
-    let cache = tempfile::tempdir().unwrap();
-    let plugins = [
-        ("rust no-op", "noop.wasm", 200_000u32),
-        ("rust order-paid", "order_paid_rust.wasm", 100_000),
-        ("python no-op", "noop_python.wasm", 50_000),
-        ("python order-paid", "order_paid_python.wasm", 20_000),
-        ("js no-op", "noop_js.wasm", 50_000),
-        ("js order-paid", "order_paid_js.wasm", 20_000),
-    ];
-    const RUNS: usize = 5;
+    .unwrap();
     let (a, b) = (
-        event("orders", "order-000123"),
-        event("payments", "order-000123"),
+        event_100b("orders", "order-000123"),
+        event_100b("payments", "order-000123"),
     );
-
-    // For profilers: `COJOIN_BENCH_PROFILE=noop.wasm` only loops on that plugin for 5 s.
-    if let Ok(file) = std::env::var("COJOIN_BENCH_PROFILE") {
+    let mut g = c.benchmark_group("on_match");
+    g.throughput(Throughput::Elements(1));
+    g.measurement_time(Duration::from_secs(4));
+    for (label, file) in [
+        ("rust no-op", "noop.wasm"),
+        ("rust order-paid", "order_paid_rust.wasm"),
+        ("python no-op", "noop_python.wasm"),
+        ("python order-paid", "order_paid_python.wasm"),
+        ("js no-op", "noop_js.wasm"),
+        ("js order-paid", "order_paid_js.wasm"),
+    ] {
         let registry = PluginRegistry::from_file(
-            engine(Some(cache.path().to_owned())),
-            &plugin_path(&file),
-            PluginLimits::default(),
-            vec![],
-        )
-        .unwrap();
-        let mut worker = registry.worker().unwrap();
-        let started = Instant::now();
-        let mut calls = 0u64;
-        while started.elapsed() < Duration::from_secs(5) {
-            for _ in 0..1000 {
-                std::hint::black_box(worker.on_match(&a.key, &a, &b).unwrap());
-            }
-            calls += 1000;
-        }
-        println!(
-            "{file}: {:.2} µs per call",
-            started.elapsed().as_secs_f64() * 1e6 / calls as f64
-        );
-        return;
-    }
-
-    println!("## per-call cost of on-match (100-byte values, median of {RUNS} runs)\n");
-    println!("| plugin | calls per run | per call (median) | min | max |");
-    println!("|---|---:|---:|---:|---:|");
-    let warm = engine(Some(cache.path().to_owned()));
-    for (label, file, calls) in plugins {
-        let registry = PluginRegistry::from_file(
-            warm.clone(),
+            engine.clone(),
             &plugin_path(file),
             PluginLimits::default(),
             vec![],
         )
         .unwrap();
         let mut worker = registry.worker().unwrap();
-        for _ in 0..calls / 10 {
-            worker.on_match(&a.key, &a, &b).unwrap();
-        }
-        let mut runs = Vec::new();
-        for _ in 0..RUNS {
-            let started = Instant::now();
-            for _ in 0..calls {
-                std::hint::black_box(worker.on_match(&a.key, &a, &b).unwrap());
-            }
-            runs.push(started.elapsed() / calls);
-        }
-        let (min, max) = (*runs.iter().min().unwrap(), *runs.iter().max().unwrap());
-        println!(
-            "| {label} | {calls} | {} | {} | {} |",
-            fmt(median(runs)),
-            fmt(min),
-            fmt(max)
-        );
+        g.bench_function(label, |bench| {
+            bench.iter(|| worker.on_match(&a.key, &a, &b).unwrap())
+        });
     }
-
-    println!("\n## load times (median; cold compile: 3 runs, others: {RUNS} runs)\n");
-    println!("| plugin | size | cold compile | cached load | instantiate + init | cached, ready to call |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for (label, file, _) in plugins {
-        let bytes = std::fs::read(plugin_path(file)).unwrap();
-        let cold = median(
-            (0..3)
-                .map(|_| {
-                    let e = engine(None);
-                    let started = Instant::now();
-                    e.compile(file, &bytes).unwrap();
-                    started.elapsed()
-                })
-                .collect(),
-        );
-        // A fresh engine each time so nothing is shared in memory: only the disk cache.
-        warm.compile(file, &bytes).unwrap();
-        let cached = median(
-            (0..RUNS)
-                .map(|_| {
-                    let e = engine(Some(cache.path().to_owned()));
-                    let started = Instant::now();
-                    let c = e.compile(file, &bytes).unwrap();
-                    assert_eq!(c.cache, cojoin::plugin::CacheOutcome::Hit);
-                    started.elapsed()
-                })
-                .collect(),
-        );
-        let registry = PluginRegistry::from_file(
-            warm.clone(),
-            &plugin_path(file),
-            PluginLimits::default(),
-            vec![],
-        )
-        .unwrap();
-        let version = registry.current();
-        let instantiate = median(
-            (0..RUNS * 4)
-                .map(|_| {
-                    let started = Instant::now();
-                    version.instantiate().unwrap();
-                    started.elapsed()
-                })
-                .collect(),
-        );
-        let ready = median(
-            (0..RUNS)
-                .map(|_| {
-                    let e = engine(Some(cache.path().to_owned()));
-                    let started = Instant::now();
-                    let r = PluginRegistry::new(e, file, PluginLimits::default(), vec![], &bytes)
-                        .unwrap();
-                    let mut w = r.worker().unwrap();
-                    w.on_match(&a.key, &a, &b).unwrap();
-                    started.elapsed()
-                })
-                .collect(),
-        );
-        println!(
-            "| {label} | {:.1} MB | {} | {} | {} | {} |",
-            bytes.len() as f64 / 1e6,
-            fmt(cold),
-            fmt(cached),
-            fmt(instantiate),
-            fmt(ready)
-        );
-    }
+    g.finish();
 }
+
+criterion_group!(benches, on_match);
+criterion_main!(benches);

@@ -3,6 +3,8 @@
 //! Pure data, independent of Kafka and of the plugin runtime; both sides convert to and from these
 //! types. Keys and values are bytes, as in Kafka.
 
+use std::sync::Arc;
+
 /// Which side of the join an event belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Side {
@@ -18,17 +20,20 @@ pub struct Header {
 }
 
 /// One consumed record.
+///
+/// Held by the join state for as long as its window is open, so kept small (88 bytes): the topic is
+/// shared by every record of a partition, and the byte fields are exact-size boxes, not vectors.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub partition: i32,
     pub offset: i64,
     /// Milliseconds since the Unix epoch: the join's event time.
     pub timestamp: i64,
-    pub key: Vec<u8>,
+    pub key: Box<[u8]>,
     /// `None` for a tombstone.
-    pub value: Option<Vec<u8>>,
-    pub headers: Vec<Header>,
+    pub value: Option<Box<[u8]>>,
+    pub headers: Box<[Header]>,
 }
 
 /// A record a plugin returned, to be produced by the host.
@@ -74,7 +79,13 @@ pub fn positions<'a>(events: impl IntoIterator<Item = &'a Event>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::printable_key;
+    use super::{printable_key, Event};
+
+    #[test]
+    fn an_event_stays_small() {
+        // What the join state pays per held event beyond its bytes; see benches/memory.rs.
+        assert_eq!(std::mem::size_of::<Event>(), 88);
+    }
 
     #[test]
     fn keys_print_as_text_when_they_can_and_as_hex_otherwise() {

@@ -79,12 +79,12 @@ pub fn event_from_json(text: &str) -> Result<Event, EventJsonError> {
         })
         .collect();
     Ok(Event {
-        topic: raw.topic,
+        topic: raw.topic.into(),
         partition: raw.partition,
         offset: raw.offset,
         timestamp: raw.timestamp,
-        key,
-        value,
+        key: key.into(),
+        value: value.map(Into::into),
         headers,
     })
 }

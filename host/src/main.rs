@@ -480,7 +480,7 @@ fn plugin_test(args: TestArgs) -> Result<ExitCode> {
                 let inputs: Vec<_> = d
                     .inputs
                     .iter()
-                    .map(|e| serde_json::json!({"topic": e.topic, "partition": e.partition, "offset": e.offset}))
+                    .map(|e| serde_json::json!({"topic": &*e.topic, "partition": e.partition, "offset": e.offset}))
                     .collect();
                 serde_json::json!({"dead_letter": reason, "topic": dlq, "error": error, "inputs": inputs})
             }

@@ -255,9 +255,9 @@ mod tests {
             partition: 0,
             offset,
             timestamp: ts,
-            key: b"k".to_vec(),
+            key: b"k".to_vec().into(),
             value: None,
-            headers: vec![],
+            headers: Box::default(),
         }
     }
 

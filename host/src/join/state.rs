@@ -10,7 +10,9 @@
 //!
 //! Every pair is reported exactly once, by the event that arrives second.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use crate::event::{Event, Side};
@@ -61,53 +63,103 @@ pub enum JoinOutcome {
     Late { side: Side, event: Arc<Event> },
 }
 
+/// One held event. Kept to 24 bytes: the state holds one per buffered event.
 struct Held {
-    id: u64,
     event: Arc<Event>,
-    matched: bool,
-    /// Offset of the latest partner this event matched. While this event is held and its expiry
-    /// would be reported, a restart must replay that partner too, or the rebuilt state would think
-    /// this event unmatched and report a spurious expiry.
-    partner_offset: Option<i64>,
+    /// Offset of the latest partner this event matched, or [`UNMATCHED`]. While this event is held
+    /// and its expiry would be reported, a restart must replay that partner too, or the rebuilt
+    /// state would think this event unmatched and report a spurious expiry.
+    partner_offset: i64,
+    side: Side,
 }
 
-#[derive(Default)]
-struct KeyEvents {
-    left: Vec<Held>,
-    right: Vec<Held>,
-}
+/// `partner_offset` of an event that has not matched (Kafka offsets are never negative).
+const UNMATCHED: i64 = -1;
 
-impl KeyEvents {
-    fn side(&mut self, side: Side) -> &mut Vec<Held> {
-        match side {
-            Side::Left => &mut self.left,
-            Side::Right => &mut self.right,
-        }
+impl Held {
+    fn matched(&self) -> bool {
+        self.partner_offset != UNMATCHED
     }
 }
 
-/// Fixed cost counted per held event on top of its bytes: the `Held` entry, the `Arc` header and
-/// the expiry-index entry.
+/// A key in the state's map: the key bytes of one of the events it holds, so a key is not stored
+/// twice. When that event leaves, the entry is re-keyed by another of the key's events.
+struct HeldKey(Arc<Event>);
+
+impl std::hash::Hash for HeldKey {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.key.hash(h)
+    }
+}
+impl PartialEq for HeldKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key == other.0.key
+    }
+}
+impl Eq for HeldKey {}
+impl std::borrow::Borrow<[u8]> for HeldKey {
+    fn borrow(&self) -> &[u8] {
+        &self.0.key
+    }
+}
+
+/// An expiry-index entry: the held event and when stream time passes its window and grace.
+/// Ordered by (close, seq) alone, so events leave in the order they arrived among equal close times.
+struct Expiring {
+    close: i64,
+    seq: u64,
+    event: Arc<Event>,
+}
+
+impl PartialEq for Expiring {
+    fn eq(&self, other: &Self) -> bool {
+        (self.close, self.seq) == (other.close, other.seq)
+    }
+}
+impl Eq for Expiring {}
+impl PartialOrd for Expiring {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Expiring {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.close, self.seq).cmp(&(other.close, other.seq))
+    }
+}
+
+/// Pushes into a list whose capacity grows 1, 2, 4, …: most keys hold one or two events, and
+/// `Vec::push` would reserve four.
+fn push_small<T>(list: &mut Vec<T>, item: T) {
+    if list.len() == list.capacity() {
+        list.reserve_exact(list.len().max(1));
+    }
+    list.push(item);
+}
+
+/// Fixed cost counted per held event on top of its bytes: the `Arc` header, the `Held` entry and
+/// the expiry-index entry. The per-key map and spare capacity are not counted; benches/memory.rs
+/// measures everything.
 const PER_EVENT_OVERHEAD: usize =
-    std::mem::size_of::<Held>() + 16 + std::mem::size_of::<((i64, u64), (Side, Arc<Event>))>();
+    16 + std::mem::size_of::<Held>() + std::mem::size_of::<Expiring>();
 
 pub struct JoinState {
     window: JoinWindow,
     kind: JoinKind,
     stream_time: Option<i64>,
-    keys: HashMap<Vec<u8>, KeyEvents>,
-    /// (close time, id) → the held event: what to evict as stream time advances, oldest first.
-    /// The event, not a copy of its key: no second allocation per event, no key held twice.
-    expiry: BTreeMap<(i64, u64), (Side, Arc<Event>)>,
-    next_id: u64,
+    /// Per key, the held events of both sides (most keys hold one or two).
+    /// foldhash, seeded per process: SipHash took a sixth of insert's time (perf, benches/matcher.rs).
+    keys: HashMap<HeldKey, Vec<Held>, foldhash::fast::RandomState>,
+    /// Min-heap of held events by close time: what to evict as stream time advances, oldest first.
+    expiry: BinaryHeap<Reverse<Expiring>>,
+    next_seq: u64,
     bytes: usize,
     events: usize,
 }
 
 fn event_bytes(event: &Event) -> usize {
     event.key.len()
-        + event.value.as_ref().map_or(0, Vec::len)
-        + event.topic.len()
+        + event.value.as_ref().map_or(0, |v| v.len())
         + event
             .headers
             .iter()
@@ -122,9 +174,9 @@ impl JoinState {
             window,
             kind,
             stream_time: None,
-            keys: HashMap::new(),
-            expiry: BTreeMap::new(),
-            next_id: 0,
+            keys: HashMap::default(),
+            expiry: BinaryHeap::new(),
+            next_seq: 0,
             bytes: 0,
             events: 0,
         }
@@ -145,20 +197,11 @@ impl JoinState {
     /// partition must stay at or below the smallest of them.
     pub fn needed_offsets(&self) -> impl Iterator<Item = (Side, i64)> + '_ {
         let kind = self.kind;
-        self.keys.values().flat_map(move |k| {
-            let sides = [
-                (Side::Left, Side::Right, &k.left),
-                (Side::Right, Side::Left, &k.right),
-            ];
-            sides.into_iter().flat_map(move |(side, other, held)| {
-                held.iter().flat_map(move |h| {
-                    let partner = h
-                        .partner_offset
-                        .filter(|_| kind.reports_expiry(side))
-                        .map(|o| (other, o));
-                    std::iter::once((side, h.event.offset)).chain(partner)
-                })
-            })
+        self.keys.values().flatten().flat_map(move |h| {
+            let other = opposite(h.side);
+            let partner =
+                (h.matched() && kind.reports_expiry(h.side)).then_some((other, h.partner_offset));
+            std::iter::once((h.side, h.event.offset)).chain(partner)
         })
     }
 
@@ -176,24 +219,13 @@ impl JoinState {
         self.stream_time = Some(self.stream_time.map_or(ts, |st| st.max(ts)));
 
         let window = self.window.window_ms;
-        // Looked up by reference first: a key already held costs no allocation.
-        if !self.keys.contains_key(event.key.as_slice()) {
-            self.keys.insert(event.key.clone(), KeyEvents::default());
-        }
-        let entry = self
-            .keys
-            .get_mut(event.key.as_slice())
-            .expect("inserted above");
-        let other = match side {
-            Side::Left => Side::Right,
-            Side::Right => Side::Left,
-        };
-        let mut partner_offset = None;
-        for held in entry.side(other).iter_mut() {
+        // One hash per insert; a key already held keeps its map key.
+        let list = self.keys.entry(HeldKey(event.clone())).or_default();
+        let mut partner_offset = UNMATCHED;
+        for held in list.iter_mut().filter(|h| h.side != side) {
             if (held.event.timestamp - ts).abs() <= window {
-                held.matched = true;
-                held.partner_offset = Some(event.offset);
-                partner_offset = partner_offset.max(Some(held.event.offset));
+                held.partner_offset = event.offset;
+                partner_offset = partner_offset.max(held.event.offset);
                 let (left, right) = match side {
                     Side::Left => (event.clone(), held.event.clone()),
                     Side::Right => (held.event.clone(), event.clone()),
@@ -201,49 +233,66 @@ impl JoinState {
                 out.push(JoinOutcome::Match { left, right });
             }
         }
-        let id = self.next_id;
-        self.next_id += 1;
+        let seq = self.next_seq;
+        self.next_seq += 1;
         self.bytes += event_bytes(&event) + PER_EVENT_OVERHEAD;
         self.events += 1;
         let close = ts.saturating_add(self.window.retention());
-        self.expiry.insert((close, id), (side, event.clone()));
-        entry.side(side).push(Held {
-            id,
-            event,
-            matched: partner_offset.is_some(),
-            partner_offset,
-        });
+        self.expiry.push(Reverse(Expiring {
+            close,
+            seq,
+            event: event.clone(),
+        }));
+        push_small(
+            list,
+            Held {
+                event,
+                partner_offset,
+                side,
+            },
+        );
         self.expire(out);
     }
 
     /// Removes every event whose window and grace have passed, reporting unmatched ones per kind.
     fn expire(&mut self, out: &mut Vec<JoinOutcome>) {
         let Some(st) = self.stream_time else { return };
-        while let Some((&(close, _), _)) = self.expiry.first_key_value() {
-            if close >= st {
-                break;
-            }
-            let ((_, id), (side, expiring)) = self.expiry.pop_first().expect("checked non-empty");
-            let key = expiring.key.as_slice();
-            let Some(entry) = self.keys.get_mut(key) else {
+        while self.expiry.peek().is_some_and(|e| e.0.close < st) {
+            let Reverse(Expiring {
+                event: expiring, ..
+            }) = self.expiry.pop().expect("checked non-empty");
+            let Entry::Occupied(mut entry) = self.keys.entry(HeldKey(expiring.clone())) else {
                 continue;
             };
-            let list = entry.side(side);
-            if let Some(pos) = list.iter().position(|h| h.id == id) {
+            let list = entry.get_mut();
+            if let Some(pos) = list.iter().position(|h| Arc::ptr_eq(&h.event, &expiring)) {
                 let held = list.swap_remove(pos);
                 self.bytes -= event_bytes(&held.event) + PER_EVENT_OVERHEAD;
                 self.events -= 1;
-                if !held.matched && self.kind.reports_expiry(side) {
+                if !held.matched() && self.kind.reports_expiry(held.side) {
                     out.push(JoinOutcome::Expired {
-                        side,
+                        side: held.side,
                         event: held.event,
                     });
                 }
             }
-            if entry.left.is_empty() && entry.right.is_empty() {
-                self.keys.remove(key);
+            if list.is_empty() {
+                entry.remove();
+            } else if Arc::ptr_eq(&entry.key().0, &expiring) {
+                // The map's key is this leaving event: keyed anew by one that stays, so the
+                // leaving event's memory is freed now rather than with the key's last event.
+                let (_, list) = entry.remove_entry();
+                let key = HeldKey(list[0].event.clone());
+                self.keys.insert(key, list);
             }
         }
+    }
+}
+
+fn opposite(side: Side) -> Side {
+    match side {
+        Side::Left => Side::Right,
+        Side::Right => Side::Left,
     }
 }
 

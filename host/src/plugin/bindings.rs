@@ -29,7 +29,7 @@ pub(crate) fn fill_event(dst: &mut wit::Event, src: &event::Event) {
             d.clear();
             d.extend_from_slice(s);
         }
-        (d, s) => *d = s.clone(),
+        (d, s) => *d = s.as_deref().map(<[u8]>::to_vec),
     }
     dst.headers.truncate(src.headers.len());
     for (i, h) in src.headers.iter().enumerate() {

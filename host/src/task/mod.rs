@@ -338,7 +338,7 @@ impl PartitionTask {
                         self.partition,
                         failure.kind,
                         String::from_utf8_lossy(&inputs[0].key),
-                        inputs.iter().map(|e| (e.topic.as_str(), e.offset)).collect::<Vec<_>>(),
+                        inputs.iter().map(|e| (&*e.topic, e.offset)).collect::<Vec<_>>(),
                         failure.message
                     ));
                 }

@@ -76,13 +76,13 @@ fn policy() -> TaskPolicy {
 
 fn ev(side: Side, offset: i64, key: &str, ts: i64) -> Event {
     Event {
-        topic: format!("{side:?}").to_lowercase(),
+        topic: format!("{side:?}").to_lowercase().into(),
         partition: 0,
         offset,
         timestamp: ts,
-        key: key.as_bytes().to_vec(),
-        value: Some(b"v".to_vec()),
-        headers: vec![],
+        key: key.as_bytes().to_vec().into(),
+        value: Some(b"v".to_vec().into()),
+        headers: Box::default(),
     }
 }
 

@@ -66,9 +66,9 @@ pub fn replay(
         }
         let event =
             crate::json::event_from_json(&fixed.to_string()).map_err(|e| err(e.to_string()))?;
-        let side = if event.topic == config.join.left {
+        let side = if *event.topic == *config.join.left {
             Side::Left
-        } else if event.topic == config.join.right {
+        } else if *event.topic == *config.join.right {
             Side::Right
         } else {
             return Err(err(format!(

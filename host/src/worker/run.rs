@@ -246,6 +246,8 @@ impl Host {
             .context("subscribing to the joined topics")?;
         tracing::info!(left, right, partitions = counts[0], group = %cfg.kafka.group_id, "joining");
 
+        // Every event of a topic shares its name: no allocation per record, 16 bytes per held event.
+        let topic_names: [Arc<str>; 2] = [left.into(), right.into()];
         let policy = task_policy(cfg);
         let mut worker = MeteredWorker::new(self.registry.worker()?);
         let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();
@@ -280,7 +282,11 @@ impl Host {
                         };
                         self.stats.consumed[side as usize].fetch_add(1, Ordering::Relaxed);
                         if let Some(task) = tasks.get_mut(&m.partition()) {
-                            task.push(side, event_of(&m), m.key().is_some());
+                            task.push(
+                                side,
+                                event_of(&m, &topic_names[side as usize]),
+                                m.key().is_some(),
+                            );
                         }
                     }
                     Err(e) => tracing::warn!("consumer error: {e}"),
@@ -575,7 +581,7 @@ impl Host {
                             ("cojoin.error.kind", kind),
                             ("cojoin.error.message", message.as_str()),
                             ("cojoin.plugin.version", version.as_str()),
-                            ("cojoin.source.topic", input.topic.as_str()),
+                            ("cojoin.source.topic", &*input.topic),
                             ("cojoin.source.partition", partition.as_str()),
                             ("cojoin.source.offset", offset.as_str()),
                             ("cojoin.source.timestamp", ts.as_str()),
@@ -586,7 +592,7 @@ impl Host {
                             });
                         }
                         let mut record = BaseRecord::<[u8], [u8]>::to(dlq).headers(headers);
-                        record.key = (!input.key.is_empty()).then_some(input.key.as_slice());
+                        record.key = (!input.key.is_empty()).then_some(&*input.key);
                         record.payload = input.value.as_deref();
                         send(producer, record)?;
                         self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
@@ -670,7 +676,8 @@ fn partition_counts(
     Ok(counts)
 }
 
-fn event_of<M: Message>(m: &M) -> Event {
+/// The event of a consumed record; `topic` is the record's topic name, shared.
+fn event_of<M: Message>(m: &M, topic: &Arc<str>) -> Event {
     let headers = m
         .headers()
         .map(|hs| {
@@ -683,12 +690,12 @@ fn event_of<M: Message>(m: &M) -> Event {
         })
         .unwrap_or_default();
     Event {
-        topic: m.topic().to_owned(),
+        topic: topic.clone(),
         partition: m.partition(),
         offset: m.offset(),
         timestamp: m.timestamp().to_millis().unwrap_or(0),
-        key: m.key().map(<[u8]>::to_vec).unwrap_or_default(),
-        value: m.payload().map(<[u8]>::to_vec),
+        key: m.key().map(Box::from).unwrap_or_default(),
+        value: m.payload().map(Box::from),
         headers,
     }
 }

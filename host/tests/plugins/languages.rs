@@ -62,7 +62,7 @@ fn non_json_values_and_tombstones_reach_the_plugin_intact() {
         .worker()
         .unwrap();
         let mut order = event("orders", "o-1", 1);
-        order.value = Some(b"plain text".to_vec());
+        order.value = Some(b"plain text".to_vec().into());
         let mut payment = event("payments", "o-1", 2);
         payment.value = None;
         let out = worker.on_match(b"o-1", &order, &payment).unwrap();

@@ -54,9 +54,9 @@ pub fn event(topic: &str, key: &str, offset: i64) -> Event {
         partition: 3,
         offset,
         timestamp: 1_764_680_400_000 + offset,
-        key: key.as_bytes().to_vec(),
-        value: Some(value.into_bytes()),
-        headers: vec![],
+        key: key.as_bytes().to_vec().into(),
+        value: Some(value.into_bytes().into()),
+        headers: Box::default(),
     }
 }
 

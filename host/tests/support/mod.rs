@@ -14,3 +14,21 @@ pub fn plugin_path(file: &str) -> PathBuf {
     );
     path
 }
+
+/// An event whose value is exactly 100 bytes of JSON, as the plugin benchmarks call with.
+#[allow(dead_code)] // Used by the benchmarks, not by every test binary that includes this module.
+pub fn event_100b(topic: &str, key: &str) -> cojoin::event::Event {
+    let head = format!("{{\"id\":\"{key}\",\"amount\":42.5,\"pad\":\"");
+    let pad = "x".repeat(100 - head.len() - 2);
+    let value = format!("{head}{pad}\"}}");
+    assert_eq!(value.len(), 100);
+    cojoin::event::Event {
+        topic: topic.into(),
+        partition: 0,
+        offset: 12345,
+        timestamp: 1_764_680_400_000,
+        key: key.as_bytes().into(),
+        value: Some(value.into_bytes().into()),
+        headers: Box::default(),
+    }
+}

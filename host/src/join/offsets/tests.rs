@@ -51,13 +51,13 @@ fn events(side: Side, spec: &[(u8, i64)]) -> Vec<Event> {
     spec.iter()
         .enumerate()
         .map(|(i, &(key, ts))| Event {
-            topic: format!("{side:?}"),
+            topic: format!("{side:?}").into(),
             partition: 0,
             offset: i as i64,
             timestamp: ts,
-            key: vec![key],
+            key: vec![key].into(),
             value: None,
-            headers: vec![],
+            headers: Box::default(),
         })
         .collect()
 }

@@ -11,9 +11,9 @@ fn ev(side: Side, key: &str, ts: i64, offset: i64) -> Event {
         partition: 0,
         offset,
         timestamp: ts,
-        key: key.as_bytes().to_vec(),
-        value: Some(vec![0; 100]),
-        headers: vec![],
+        key: key.as_bytes().to_vec().into(),
+        value: Some(vec![0; 100].into()),
+        headers: Box::default(),
     }
 }
 
