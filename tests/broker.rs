@@ -94,6 +94,19 @@ impl Tansu {
         }
     }
 
+    /// CPU seconds the broker process has used so far (user + system, from /proc): what serving a
+    /// benchmark costs the broker on the same cores.
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+            .expect("reading the broker's /proc stat");
+        // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+        let rest = &stat[stat.rfind(')').expect("stat has a command name") + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        // Clock ticks per second: 100 on Linux (sysconf(_SC_CLK_TCK)).
+        ticks / 100.0
+    }
+
     /// Creates `topic` with `partitions` partitions through tansu's own CLI.
     pub fn create_topic(&self, topic: &str, partitions: i32) {
         let out = Command::new(tansu_bin())

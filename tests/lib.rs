@@ -3,8 +3,16 @@
 pub mod broker;
 pub mod hosts;
 pub mod http;
+pub mod plot;
 pub mod scenario;
 pub mod stream;
+
+/// The join benchmark's medians and table (`benches/join.rs` uses it as `mod summary`), compiled
+/// here too only so that its unit tests run with the library's.
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "benches/join/summary.rs"]
+mod join_summary;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -1,16 +1,26 @@
-//! The join benchmark (`make bench-join`): one generated data set on a tansu broker, then in turn
+//! The join benchmark (`make bench-join`): one generated data set on a tansu broker, then, in each
+//! of BENCH_RUNS rounds, every system in turn:
 //! - the bare consumer: rdkafka reading both topics and doing nothing (this binary, `--bare`);
 //! - `cojoin run` with the Rust no-op, the Rust order-paid, the Python and the JS plugin;
 //! - the hand-written Python join (confluent-kafka) and the Quix Streams interval join, from
 //!   host/benches/peers/ — the same inner join.
-//! For each: records/s (first record to last), matches, CPU seconds and peak RSS of the process
-//! (GNU time); every system must report the expected match count, or the table says which is wrong.
-//! Then the ratios the project targets.
+//!
+//! Rounds rather than each system's runs back to back, so that drift on the machine touches every
+//! system alike. For each system: the median over the runs of records/s (first record to last),
+//! then each run's records/s in brackets, the medians of matches/s, matches, CPU seconds and peak
+//! RSS of the process (GNU time), and the match check: `ok` only if every run reported the expected
+//! count, else which runs did not and their counts. A system that failed in any run is shown as
+//! FAILED, with in how many runs and the first reason. Then the machine (nproc, CPU model), the
+//! ratios the project targets (of the median rates) and an SVG bar chart of the median records/s,
+//! target/bench-runs/join/throughput.svg.
 //!
 //! Environment: BENCH_RECORDS (per topic, default 200000), BENCH_BATCH (records per producer batch,
-//! default 10000), BENCH_SYSTEMS (comma-separated names to run, default all: bare, cojoin-noop,
-//! cojoin-rust, cojoin-python, cojoin-js, python-handwritten, quixstreams), PYTHON_BENCH (default
-//! .venv-bench/bin/python).
+//! default 10000), BENCH_RUNS (rounds, default 3; the data set is produced once), BENCH_SYSTEMS
+//! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-python,
+//! cojoin-js, python-handwritten, quixstreams), PYTHON_BENCH (default .venv-bench/bin/python).
+
+#[path = "join/summary.rs"]
+mod summary;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,33 +29,16 @@ use std::time::{Duration, Instant};
 use cojoin_e2e::broker::Tansu;
 use cojoin_e2e::hosts::logged_admin_url;
 use cojoin_e2e::http::{get, sample};
+use cojoin_e2e::plot::{bar_chart_svg, Bar};
 use cojoin_e2e::{cojoin_bin, plugin, root};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use summary::{cpu_model, summarize, table, Figures, Summary};
 
 const PARTITIONS: i32 = 6;
 const WINDOW_MS: u64 = 1_000;
 const GRACE_MS: u64 = 1_000;
-
-/// What one system did.
-#[derive(Debug, Default)]
-struct Figures {
-    system: String,
-    records: u64,
-    matches: u64,
-    /// First record to last.
-    seconds: f64,
-    cpu_seconds: f64,
-    peak_rss_mib: f64,
-    /// Why it produced no figures.
-    failed: Option<String>,
-}
-
-impl Figures {
-    fn rate(&self) -> f64 {
-        self.records as f64 / self.seconds.max(1e-9)
-    }
-}
+const BARE: &str = "bare consumer";
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -60,6 +53,7 @@ fn main() {
     // Records per producer batch. Quix Streams fails on tansu 0.6 when batches are large (seen
     // here: "Invalid offset … (max offset is …)" after pausing a partition); 1 avoids it.
     let batch: u64 = env_or("BENCH_BATCH", 10_000);
+    let runs: u64 = env_or("BENCH_RUNS", 3).max(1);
     let python = std::env::var("PYTHON_BENCH")
         .map(PathBuf::from)
         .unwrap_or_else(|_| root().join(".venv-bench/bin/python"));
@@ -100,51 +94,88 @@ fn main() {
     let total = produced["records"].as_u64().unwrap();
     eprintln!("{produced}");
 
-    let mut table = Vec::new();
-    if run("bare") {
-        table.push(timed(
-            "bare consumer",
-            Command::new(std::env::current_exe().unwrap()).args([
-                "--bare",
-                &tansu.bootstrap,
-                &total.to_string(),
-            ]),
-        ));
-    }
-    for (name, wasm) in [
-        ("cojoin-noop", "noop.wasm"),
-        ("cojoin-rust", "order_paid_rust.wasm"),
-        ("cojoin-python", "order_paid_python.wasm"),
-        ("cojoin-js", "order_paid_js.wasm"),
-    ] {
-        if run(name) {
-            table.push(cojoin_run(
-                name,
-                &dir,
-                &tansu.bootstrap,
-                &plugin(wasm),
-                total,
-                expected,
-            ));
+    // Each system's runs, in the order the systems run.
+    let mut by_system: Vec<(String, Vec<Figures>)> = Vec::new();
+    // Started before a system runs: records the broker's CPU seconds since then with its figures.
+    let broker_since = || {
+        let start = tansu.cpu_seconds();
+        move |mut f: Figures, tansu: &Tansu| {
+            f.broker_cpu_seconds = tansu.cpu_seconds() - start;
+            f
+        }
+    };
+    let mut add = |f: Figures| match by_system.iter_mut().find(|(s, _)| *s == f.system) {
+        Some((_, runs)) => runs.push(f),
+        None => by_system.push((f.system.clone(), vec![f])),
+    };
+    for round in 1..=runs {
+        eprintln!("round {round} of {runs}");
+        if run("bare") {
+            let since = broker_since();
+            let f = timed(
+                BARE,
+                Command::new(std::env::current_exe().unwrap()).args([
+                    "--bare",
+                    &tansu.bootstrap,
+                    &total.to_string(),
+                ]),
+            );
+            add(since(f, &tansu));
+        }
+        for (name, wasm) in [
+            ("cojoin-noop", "noop.wasm"),
+            ("cojoin-rust", "order_paid_rust.wasm"),
+            ("cojoin-python", "order_paid_python.wasm"),
+            ("cojoin-js", "order_paid_js.wasm"),
+        ] {
+            if run(name) {
+                let since = broker_since();
+                let f = cojoin_run(
+                    name,
+                    round,
+                    &dir,
+                    &tansu.bootstrap,
+                    &plugin(wasm),
+                    total,
+                    expected,
+                );
+                add(since(f, &tansu));
+            }
+        }
+        for (name, script) in [
+            ("python-handwritten", "handwritten_join.py"),
+            ("quixstreams", "quix_join.py"),
+        ] {
+            if run(name) {
+                // The peers join a fresh consumer group each time, so every run reads from the start.
+                let mut cmd = peer(&python, &peers, script, &tansu.bootstrap);
+                cmd.args([
+                    "--window-ms",
+                    &WINDOW_MS.to_string(),
+                    "--grace-ms",
+                    &GRACE_MS.to_string(),
+                ])
+                .args(["--expect", &total.to_string()]);
+                let since = broker_since();
+                let f = timed(name, &mut cmd);
+                add(since(f, &tansu));
+            }
         }
     }
-    for (name, script) in [
-        ("python-handwritten", "handwritten_join.py"),
-        ("quixstreams", "quix_join.py"),
-    ] {
-        if run(name) {
-            let mut cmd = peer(&python, &peers, script, &tansu.bootstrap);
-            cmd.args([
-                "--window-ms",
-                &WINDOW_MS.to_string(),
-                "--grace-ms",
-                &GRACE_MS.to_string(),
-            ])
-            .args(["--expect", &total.to_string()]);
-            table.push(timed(name, &mut cmd));
-        }
-    }
-    report(&table, expected, records);
+    let rows: Vec<Summary> = by_system
+        .iter()
+        .map(|(system, figures)| {
+            let expected = (system != BARE).then_some(expected);
+            summarize(system, figures, expected)
+        })
+        .collect();
+    report(&rows, expected, records, runs);
+    let chart = dir.join("throughput.svg");
+    std::fs::write(&chart, chart_svg(&rows, records, runs)).unwrap();
+    println!(
+        "\nchart: {}",
+        std::fs::canonicalize(&chart).unwrap_or(chart).display()
+    );
 }
 
 /// A script of host/benches/peers/ run by `python`, pointed at the broker's `left` and `right`.
@@ -259,6 +290,7 @@ fn gnu_time(stderr: &str) -> (f64, f64) {
 /// last), then SIGTERM, and CPU and peak RSS from GNU time.
 fn cojoin_run(
     system: &str,
+    round: u64,
     dir: &Path,
     bootstrap: &str,
     wasm: &Path,
@@ -266,14 +298,16 @@ fn cojoin_run(
     expected: u64,
 ) -> Figures {
     eprintln!("running {system}…");
-    let config = dir.join(format!("{system}.toml"));
+    // Its own consumer group and files each round: a group that committed would resume at the end.
+    let tag = format!("{system}-{round}");
+    let config = dir.join(format!("{tag}.toml"));
     std::fs::write(
         &config,
         format!(
             r#"
 [kafka]
 bootstrap_servers = "{bootstrap}"
-group_id = "bench-{system}"
+group_id = "bench-{tag}"
 [kafka.options]
 "session.timeout.ms" = "6000"
 "heartbeat.interval.ms" = "500"
@@ -296,10 +330,10 @@ bind = "127.0.0.1:0"
         ),
     )
     .unwrap();
-    let log = dir.join(format!("{system}.log"));
+    let log = dir.join(format!("{tag}.log"));
     let mut child = Command::new("/usr/bin/time")
         .args(["-f", "TIME %U %S %M", "-o"])
-        .arg(dir.join(format!("{system}.time")))
+        .arg(dir.join(format!("{tag}.time")))
         .arg(cojoin_bin())
         .args(["--log-format", "json", "run", "--config"])
         .arg(&config)
@@ -363,7 +397,7 @@ bind = "127.0.0.1:0"
         .unwrap();
     assert!(status.success(), "no cojoin process under GNU time");
     let _ = child.wait();
-    let time = std::fs::read_to_string(dir.join(format!("{system}.time"))).unwrap_or_default();
+    let time = std::fs::read_to_string(dir.join(format!("{tag}.time"))).unwrap_or_default();
     let (cpu_seconds, peak_rss_mib) = gnu_time(&time);
     let (seconds, failed) = match (first, last) {
         (Some(f), Some(l)) => ((l - f).as_secs_f64(), None),
@@ -382,6 +416,7 @@ bind = "127.0.0.1:0"
         cpu_seconds,
         peak_rss_mib,
         failed,
+        ..Figures::default()
     }
 }
 
@@ -396,44 +431,22 @@ fn admin_url(log: &Path) -> String {
     }
 }
 
-fn report(table: &[Figures], expected: u64, records: u64) {
-    println!("\njoin benchmark: {records} + {records} records, 100-byte values, window {WINDOW_MS} ms, grace {GRACE_MS} ms; expected matches {expected}");
+fn report(rows: &[Summary], expected: u64, records: u64, runs: u64) {
     println!(
-        "{:<20} {:>12} {:>12} {:>9} {:>9} {:>10}  {}",
-        "system", "records/s", "matches/s", "matches", "CPU s", "peak MiB", "check"
+        "\njoin benchmark: {records} + {records} records, 100-byte values, window {WINDOW_MS} ms, grace {GRACE_MS} ms; expected matches {expected}; median of {runs} runs"
     );
-    for f in table {
-        if let Some(reason) = &f.failed {
-            println!("{:<20} FAILED: {reason}", f.system);
-            continue;
-        }
-        let check = if f.system == "bare consumer" {
-            "-".to_owned()
-        } else if f.matches == expected {
-            "ok".to_owned()
-        } else {
-            format!("WRONG: {} matches, expected {expected}", f.matches)
-        };
-        let matches_per_s = f.matches as f64 / f.seconds.max(1e-9);
-        println!(
-            "{:<20} {:>12.0} {:>12.0} {:>9} {:>9.2} {:>10.1}  {check}",
-            f.system,
-            f.rate(),
-            matches_per_s,
-            f.matches,
-            f.cpu_seconds,
-            f.peak_rss_mib
-        );
+    println!("{}", machine());
+    for line in table(rows) {
+        println!("{line}");
     }
     let rate = |name: &str| {
-        table
-            .iter()
-            .find(|f| f.system == name && f.failed.is_none())
-            .map(Figures::rate)
+        rows.iter()
+            .find(|s| s.system == name && s.failed.is_none())
+            .map(|s| s.rate)
     };
     println!();
     for (a, b, target) in [
-        ("cojoin-rust", "bare consumer", 0.7),
+        ("cojoin-rust", BARE, 0.7),
         ("cojoin-python", "python-handwritten", 20.0),
         ("cojoin-python", "quixstreams", 3.0),
         ("cojoin-rust", "quixstreams", 10.0),
@@ -442,4 +455,50 @@ fn report(table: &[Figures], expected: u64, records: u64) {
             println!("{a} / {b}: {:.2} (target >= {target})", x / y);
         }
     }
+}
+
+/// `machine: nproc N, MODEL` (the model from /proc/cpuinfo, when it names one).
+fn machine() -> String {
+    let nproc = Command::new("nproc")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
+        .map_or("?".to_owned(), |n| n.to_string());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| cpu_model(&info));
+    match model {
+        Some(model) => format!("machine: nproc {nproc}, {model}"),
+        None => format!("machine: nproc {nproc}"),
+    }
+}
+
+/// The median records/s of every system that never failed, the bare consumer in the highlight
+/// colour as the limit; the failed ones are named in the title.
+fn chart_svg(rows: &[Summary], records: u64, runs: u64) -> String {
+    let bars: Vec<Bar> = rows
+        .iter()
+        .filter(|s| s.failed.is_none())
+        .map(|s| Bar {
+            label: if s.system == BARE {
+                format!("{BARE} (the limit)")
+            } else {
+                s.system.clone()
+            },
+            value: s.rate,
+            highlight: s.system == BARE,
+        })
+        .collect();
+    let failed: Vec<&str> = rows
+        .iter()
+        .filter(|s| s.failed.is_some())
+        .map(|s| s.system.as_str())
+        .collect();
+    let mut title = format!("join throughput: {records} records per topic, median of {runs} runs");
+    if !failed.is_empty() {
+        title.push_str(&format!("; failed: {}", failed.join(", ")));
+    }
+    bar_chart_svg(&title, "records/s (first record to last)", &bars)
 }
