@@ -8,7 +8,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 #[path = "../tests/support/mod.rs"]
 mod support;
-use support::{event_100b, plugin_path};
+use support::{event_100b, plugin_path, BENCH_PLUGINS};
 
 use cojoin::plugin::{EngineOptions, PluginEngine, PluginLimits, PluginRegistry};
 
@@ -26,14 +26,7 @@ fn on_match(c: &mut Criterion) {
     let mut g = c.benchmark_group("on_match");
     g.throughput(Throughput::Elements(1));
     g.measurement_time(Duration::from_secs(4));
-    for (label, file) in [
-        ("rust no-op", "noop.wasm"),
-        ("rust order-paid", "order_paid_rust.wasm"),
-        ("python no-op", "noop_python.wasm"),
-        ("python order-paid", "order_paid_python.wasm"),
-        ("js no-op", "noop_js.wasm"),
-        ("js order-paid", "order_paid_js.wasm"),
-    ] {
+    for (label, file) in BENCH_PLUGINS {
         let registry = PluginRegistry::from_file(
             engine.clone(),
             &plugin_path(file),

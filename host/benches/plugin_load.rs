@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 #[path = "../tests/support/mod.rs"]
 mod support;
-use support::{event_100b as event, plugin_path};
+use support::{event_100b as event, plugin_path, BENCH_PLUGINS};
 
 use cojoin::plugin::{EngineOptions, PluginEngine, PluginLimits, PluginRegistry};
 
@@ -41,14 +41,6 @@ fn engine(cache: Option<PathBuf>) -> std::sync::Arc<PluginEngine> {
 fn main() {
     // `cargo bench` passes --bench; a filter argument is not supported.
     let cache = tempfile::tempdir().unwrap();
-    let plugins = [
-        ("rust no-op", "noop.wasm"),
-        ("rust order-paid", "order_paid_rust.wasm"),
-        ("python no-op", "noop_python.wasm"),
-        ("python order-paid", "order_paid_python.wasm"),
-        ("js no-op", "noop_js.wasm"),
-        ("js order-paid", "order_paid_js.wasm"),
-    ];
     const RUNS: usize = 5;
     let (a, b) = (
         event("orders", "order-000123"),
@@ -84,7 +76,7 @@ fn main() {
     println!("## load times (median; cold compile: 3 runs, others: {RUNS} runs)\n");
     println!("| plugin | size | cold compile | cached load | instantiate + init | cached, ready to call |");
     println!("|---|---:|---:|---:|---:|---:|");
-    for (label, file) in plugins {
+    for (label, file) in BENCH_PLUGINS {
         let bytes = std::fs::read(plugin_path(file)).unwrap();
         let cold = median(
             (0..3)

@@ -32,3 +32,14 @@ pub fn event_100b(topic: &str, key: &str) -> cojoin::event::Event {
         headers: Box::default(),
     }
 }
+
+/// The plugins the benchmarks measure, with their labels: a no-op and order-paid per language.
+#[allow(dead_code)] // Used by the benchmarks, not by every test binary that includes this module.
+pub const BENCH_PLUGINS: [(&str, &str); 6] = [
+    ("rust no-op", "noop.wasm"),
+    ("rust order-paid", "order_paid_rust.wasm"),
+    ("python no-op", "noop_python.wasm"),
+    ("python order-paid", "order_paid_python.wasm"),
+    ("js no-op", "noop_js.wasm"),
+    ("js order-paid", "order_paid_js.wasm"),
+];
