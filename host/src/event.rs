@@ -12,6 +12,15 @@ pub enum Side {
     Right,
 }
 
+impl Side {
+    pub fn opposite(self) -> Side {
+        match self {
+            Side::Left => Side::Right,
+            Side::Right => Side::Left,
+        }
+    }
+}
+
 /// A Kafka record header; Kafka allows a header without a value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {

@@ -8,6 +8,7 @@
 pub mod offsets;
 pub mod order;
 pub mod state;
+mod store;
 
 pub use offsets::{CommitPoint, ReplayBounds};
 pub use order::TaskQueue;

@@ -11,10 +11,14 @@
 //! Every pair is reported exactly once, by the event that arrives second.
 
 use std::cmp::Reverse;
-use std::collections::hash_map::Entry;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
+use hashbrown::hash_table::Entry;
+use hashbrown::HashTable;
+
+use super::store::{EventStore, Handle, Links, NO_HANDLE};
 use crate::event::{Event, Side};
 
 /// The join window, in milliseconds of event time.
@@ -63,109 +67,28 @@ pub enum JoinOutcome {
     Late { side: Side, event: Arc<Event> },
 }
 
-/// One held event. Kept to 24 bytes: the state holds one per buffered event.
-struct Held {
-    event: Arc<Event>,
-    /// Offset of the latest partner this event matched, or [`UNMATCHED`]. While this event is held
-    /// and its expiry would be reported, a restart must replay that partner too, or the rebuilt
-    /// state would think this event unmatched and report a spurious expiry.
-    partner_offset: i64,
-    side: Side,
-}
-
 /// `partner_offset` of an event that has not matched (Kafka offsets are never negative).
 const UNMATCHED: i64 = -1;
 
-impl Held {
-    fn matched(&self) -> bool {
-        self.partner_offset != UNMATCHED
-    }
-}
-
-/// A key in the state's map: the key bytes of one of the events it holds, so a key is not stored
-/// twice. When that event leaves, the entry is re-keyed by another of the key's events.
-struct HeldKey(Arc<Event>);
-
-impl std::hash::Hash for HeldKey {
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        self.0.key.hash(h)
-    }
-}
-impl PartialEq for HeldKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.key == other.0.key
-    }
-}
-impl Eq for HeldKey {}
-impl std::borrow::Borrow<[u8]> for HeldKey {
-    fn borrow(&self) -> &[u8] {
-        &self.0.key
-    }
-}
-
-/// An expiry-index entry: the held event and when stream time passes its window and grace.
-/// Ordered by (close, seq) alone, so events leave in the order they arrived among equal close times.
-struct Expiring {
-    close: i64,
-    seq: u64,
-    event: Arc<Event>,
-}
-
-impl PartialEq for Expiring {
-    fn eq(&self, other: &Self) -> bool {
-        (self.close, self.seq) == (other.close, other.seq)
-    }
-}
-impl Eq for Expiring {}
-impl PartialOrd for Expiring {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Expiring {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.close, self.seq).cmp(&(other.close, other.seq))
-    }
-}
-
-/// Pushes into a list whose capacity grows 1, 2, 4, …: most keys hold one or two events, and
-/// `Vec::push` would reserve four.
-fn push_small<T>(list: &mut Vec<T>, item: T) {
-    if list.len() == list.capacity() {
-        list.reserve_exact(list.len().max(1));
-    }
-    list.push(item);
-}
-
-/// Fixed cost counted per held event on top of its bytes: the `Arc` header, the `Held` entry and
-/// the expiry-index entry. The per-key map and spare capacity are not counted; benches/memory.rs
-/// measures everything.
-const PER_EVENT_OVERHEAD: usize =
-    16 + std::mem::size_of::<Held>() + std::mem::size_of::<Expiring>();
+/// Counted per held event on top of its bytes in the store: its expiry-index entry and its share
+/// of the per-key table. benches/memory.rs measures everything, spare capacity included.
+const PER_EVENT_OVERHEAD: usize = std::mem::size_of::<Reverse<(i64, Handle)>>() + 9;
 
 pub struct JoinState {
     window: JoinWindow,
     kind: JoinKind,
     stream_time: Option<i64>,
-    /// Per key, the held events of both sides (most keys hold one or two).
+    /// The held events, packed; each carries the offset of its latest partner
+    /// ([`UNMATCHED`] if none) and a link to the next held event of its key.
+    store: EventStore,
+    /// Per key, the oldest held event of that key: the head of its chain through the store.
+    keys: HashTable<Handle>,
     /// foldhash, seeded per process: SipHash took a sixth of insert's time (perf, benches/matcher.rs).
-    keys: HashMap<HeldKey, Vec<Held>, foldhash::fast::RandomState>,
-    /// Min-heap of held events by close time: what to evict as stream time advances, oldest first.
-    expiry: BinaryHeap<Reverse<Expiring>>,
-    next_seq: u64,
-    bytes: usize,
+    hasher: foldhash::fast::RandomState,
+    /// Min-heap of held events by (close time, arrival): what to evict as stream time advances.
+    /// Store handles grow in arrival order, so equal close times leave in arrival order.
+    expiry: BinaryHeap<Reverse<(i64, Handle)>>,
     events: usize,
-}
-
-fn event_bytes(event: &Event) -> usize {
-    event.key.len()
-        + event.value.as_ref().map_or(0, |v| v.len())
-        + event
-            .headers
-            .iter()
-            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len) + 32)
-            .sum::<usize>()
-        + std::mem::size_of::<Event>()
 }
 
 impl JoinState {
@@ -174,10 +97,10 @@ impl JoinState {
             window,
             kind,
             stream_time: None,
-            keys: HashMap::default(),
+            store: EventStore::default(),
+            keys: HashTable::new(),
+            hasher: Default::default(),
             expiry: BinaryHeap::new(),
-            next_seq: 0,
-            bytes: 0,
             events: 0,
         }
     }
@@ -189,7 +112,10 @@ impl JoinState {
 
     /// Events held, and the bytes they take (payloads plus bookkeeping).
     pub fn held(&self) -> (usize, usize) {
-        (self.events, self.bytes)
+        (
+            self.events,
+            self.store.live_bytes() + self.events * PER_EVENT_OVERHEAD,
+        )
     }
 
     /// Offsets a restart must replay to rebuild this state, by side: every held event, and for a
@@ -197,11 +123,14 @@ impl JoinState {
     /// partition must stay at or below the smallest of them.
     pub fn needed_offsets(&self) -> impl Iterator<Item = (Side, i64)> + '_ {
         let kind = self.kind;
-        self.keys.values().flatten().flat_map(move |h| {
-            let other = opposite(h.side);
-            let partner =
-                (h.matched() && kind.reports_expiry(h.side)).then_some((other, h.partner_offset));
-            std::iter::once((h.side, h.event.offset)).chain(partner)
+        let store = &self.store;
+        // Every held event is in the expiry index exactly once.
+        self.expiry.iter().flat_map(move |Reverse((_, h))| {
+            let side = store.side(*h);
+            let partner = store.partner_offset(*h);
+            let reported = partner != UNMATCHED && kind.reports_expiry(side);
+            std::iter::once((side, store.offset(*h)))
+                .chain(reported.then_some((side.opposite(), partner)))
         })
     }
 
@@ -209,90 +138,141 @@ impl JoinState {
     /// the expiries its timestamp brings about. A late event is reported and not held.
     pub fn insert(&mut self, side: Side, event: Event, out: &mut Vec<JoinOutcome>) {
         let ts = event.timestamp;
-        let event = Arc::new(event);
         if let Some(st) = self.stream_time {
             if ts < st.saturating_sub(self.window.retention()) {
-                out.push(JoinOutcome::Late { side, event });
+                out.push(JoinOutcome::Late {
+                    side,
+                    event: Arc::new(event),
+                });
                 return;
             }
         }
         self.stream_time = Some(self.stream_time.map_or(ts, |st| st.max(ts)));
 
         let window = self.window.window_ms;
-        // One hash per insert; a key already held keeps its map key.
-        let list = self.keys.entry(HeldKey(event.clone())).or_default();
-        let mut partner_offset = UNMATCHED;
-        for held in list.iter_mut().filter(|h| h.side != side) {
-            if (held.event.timestamp - ts).abs() <= window {
-                held.partner_offset = event.offset;
-                partner_offset = partner_offset.max(held.event.offset);
-                let (left, right) = match side {
-                    Side::Left => (event.clone(), held.event.clone()),
-                    Side::Right => (held.event.clone(), event.clone()),
-                };
-                out.push(JoinOutcome::Match { left, right });
-            }
-        }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.bytes += event_bytes(&event) + PER_EVENT_OVERHEAD;
-        self.events += 1;
-        let close = ts.saturating_add(self.window.retention());
-        self.expiry.push(Reverse(Expiring {
-            close,
-            seq,
-            event: event.clone(),
-        }));
-        push_small(
-            list,
-            Held {
-                event,
-                partner_offset,
+        let Self {
+            store,
+            keys,
+            hasher,
+            ..
+        } = self;
+        let hash = hasher.hash_one(&*event.key);
+        // One hash per insert. A key's chain runs from its oldest held event to its newest.
+        let entry = keys.entry(
+            hash,
+            |&h| store.key(h) == &*event.key,
+            |&h| hasher.hash_one(store.key(h)),
+        );
+        let handle = store.push(
+            &event,
+            Links {
                 side,
+                partner_offset: UNMATCHED,
+                next: NO_HANDLE,
             },
         );
+        let head = match entry {
+            Entry::Occupied(o) => *o.get(),
+            Entry::Vacant(v) => {
+                v.insert(handle);
+                NO_HANDLE
+            }
+        };
+        // Two walks of the chain (a key holds few events): the first marks the partners and
+        // appends the new event, the second, once the new event is shared, reports the pairs.
+        let partners = |store: &EventStore, h: Handle| {
+            store.side(h) != side && (store.timestamp(h) - ts).abs() <= window
+        };
+        let mut partner_offset = UNMATCHED;
+        let mut h = head;
+        while h != NO_HANDLE {
+            if partners(store, h) {
+                store.set_partner_offset(h, event.offset);
+                partner_offset = partner_offset.max(store.offset(h));
+            }
+            match store.next(h) {
+                NO_HANDLE => {
+                    store.set_next(h, handle);
+                    break;
+                }
+                next => h = next,
+            }
+        }
+        if partner_offset != UNMATCHED {
+            store.set_partner_offset(handle, partner_offset);
+            let this = Arc::new(event);
+            let mut h = head;
+            while h != handle {
+                if partners(store, h) {
+                    let held = Arc::new(store.event(h));
+                    let (left, right) = match side {
+                        Side::Left => (this.clone(), held),
+                        Side::Right => (held, this.clone()),
+                    };
+                    out.push(JoinOutcome::Match { left, right });
+                }
+                h = store.next(h);
+            }
+        }
+        self.events += 1;
+        let close = ts.saturating_add(self.window.retention());
+        if self.expiry.len() == self.expiry.capacity() {
+            // Grown by a quarter, not doubled: the index is a fifth of what a small event costs.
+            self.expiry.reserve_exact(self.expiry.len() / 4 + 64);
+        }
+        self.expiry.push(Reverse((close, handle)));
         self.expire(out);
     }
 
     /// Removes every event whose window and grace have passed, reporting unmatched ones per kind.
     fn expire(&mut self, out: &mut Vec<JoinOutcome>) {
         let Some(st) = self.stream_time else { return };
-        while self.expiry.peek().is_some_and(|e| e.0.close < st) {
-            let Reverse(Expiring {
-                event: expiring, ..
-            }) = self.expiry.pop().expect("checked non-empty");
-            let Entry::Occupied(mut entry) = self.keys.entry(HeldKey(expiring.clone())) else {
-                continue;
-            };
-            let list = entry.get_mut();
-            if let Some(pos) = list.iter().position(|h| Arc::ptr_eq(&h.event, &expiring)) {
-                let held = list.swap_remove(pos);
-                self.bytes -= event_bytes(&held.event) + PER_EVENT_OVERHEAD;
-                self.events -= 1;
-                if !held.matched() && self.kind.reports_expiry(held.side) {
-                    out.push(JoinOutcome::Expired {
-                        side: held.side,
-                        event: held.event,
-                    });
-                }
+        while let Some(&Reverse((close, leaving))) = self.expiry.peek() {
+            if close >= st {
+                break;
             }
-            if list.is_empty() {
-                entry.remove();
-            } else if Arc::ptr_eq(&entry.key().0, &expiring) {
-                // The map's key is this leaving event: keyed anew by one that stays, so the
-                // leaving event's memory is freed now rather than with the key's last event.
-                let (_, list) = entry.remove_entry();
-                let key = HeldKey(list[0].event.clone());
-                self.keys.insert(key, list);
+            self.expiry.pop();
+            self.unlink(leaving);
+            let side = self.store.side(leaving);
+            if self.store.partner_offset(leaving) == UNMATCHED && self.kind.reports_expiry(side) {
+                out.push(JoinOutcome::Expired {
+                    side,
+                    event: Arc::new(self.store.event(leaving)),
+                });
             }
+            self.store.remove(leaving);
+            self.events -= 1;
         }
     }
-}
 
-fn opposite(side: Side) -> Side {
-    match side {
-        Side::Left => Side::Right,
-        Side::Right => Side::Left,
+    /// Takes `leaving` out of its key's chain, and the key out of the table if it was its last.
+    fn unlink(&mut self, leaving: Handle) {
+        let Self {
+            store,
+            keys,
+            hasher,
+            ..
+        } = self;
+        let key = store.key(leaving);
+        let found = keys.find_entry(hasher.hash_one(key), |&h| store.key(h) == key);
+        let Ok(mut entry) = found else {
+            unreachable!("a held event's key is in the table");
+        };
+        let next = store.next(leaving);
+        if *entry.get() == leaving {
+            if next == NO_HANDLE {
+                entry.remove();
+            } else {
+                *entry.get_mut() = next;
+            }
+            return;
+        }
+        let mut h = *entry.get();
+        while store.next(h) != leaving {
+            h = store.next(h);
+            assert_ne!(h, NO_HANDLE, "a held event is in its key's chain");
+        }
+        store.set_next(h, next);
     }
 }
 

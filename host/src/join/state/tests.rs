@@ -183,7 +183,20 @@ proptest! {
         let mut matches = Vec::new();
         let mut expired = Vec::new();
         let mut late = Vec::new();
+        // Every event handed out is the event that went in, whole.
+        let input_event = |i: usize| {
+            let (left, key, ts) = input[i];
+            let side = if left { L } else { R };
+            ev(side, &key.to_string(), ts, i as i64)
+        };
         for o in &out {
+            let events: Vec<&Event> = match o {
+                JoinOutcome::Match { left, right } => vec![left, right],
+                JoinOutcome::Expired { event, .. } | JoinOutcome::Late { event, .. } => vec![event],
+            };
+            for e in events {
+                prop_assert_eq!(e, &input_event(e.offset as usize));
+            }
             match o {
                 JoinOutcome::Match { left, right } => matches.push((left.offset as usize, right.offset as usize)),
                 JoinOutcome::Expired { event, .. } => expired.push(event.offset as usize),
