@@ -50,8 +50,12 @@ fn main() {
     println!("|---:|---|---:|---:|---:|---:|---:|");
     for held in HELD {
         for value_bytes in [100usize, 1_000] {
-            for (label, share) in [("unique keys", false), ("left and right share a key", true)] {
-                let (heap, accounted) = measure(held, value_bytes, share);
+            for (label, share, shuffle) in [
+                ("unique keys", false, false),
+                ("left and right share a key", true, false),
+                ("unique keys, every other event 1 s out of order", false, true),
+            ] {
+                let (heap, accounted) = measure(held, value_bytes, share, shuffle);
                 println!(
                     "| {held} | {value_bytes} B, {label} | {} | {heap:.0} | {:.0} | {:.0} | {accounted:.0} |",
                     if share { "0.5" } else { "1" },
@@ -64,7 +68,9 @@ fn main() {
 }
 
 /// (heap bytes per held event, bytes per held event as `held()` accounts them).
-fn measure(held_events: i64, value_bytes: usize, share_keys: bool) -> (f64, f64) {
+/// `shuffle`: every other event is a second older than the one before it, so half the events
+/// arrive out of close-time order and take an expiry-heap entry (join/state.rs).
+fn measure(held_events: i64, value_bytes: usize, share_keys: bool, shuffle: bool) -> (f64, f64) {
     let window = JoinWindow {
         window_ms: i64::MAX / 4,
         grace_ms: 0,
@@ -82,7 +88,7 @@ fn measure(held_events: i64, value_bytes: usize, share_keys: bool) -> (f64, f64)
             topic: topics[side as usize].clone(),
             partition: 0,
             offset: i,
-            timestamp: 1_700_000_000_000 + i,
+            timestamp: 1_700_000_000_000 + i - if shuffle && i % 2 == 1 { 1_000 } else { 0 },
             key: format!("k-{k:010}").as_bytes().to_vec().into(),
             value: Some(vec![b'x'; value_bytes].into()),
             headers: Default::default(),

@@ -70,9 +70,10 @@ pub enum JoinOutcome {
 /// `partner_offset` of an event that has not matched (Kafka offsets are never negative).
 const UNMATCHED: i64 = -1;
 
-/// Counted per held event on top of its bytes in the store: its expiry-index entry and its share
-/// of the per-key table. benches/memory.rs measures everything, spare capacity included.
-const PER_EVENT_OVERHEAD: usize = std::mem::size_of::<Reverse<(i64, Handle)>>() + 9;
+/// Counted per held event on top of its bytes in the store: its share of the per-key table.
+/// Out-of-order events also take an expiry-heap entry, counted apart. benches/memory.rs measures
+/// everything, spare capacity included.
+const PER_EVENT_OVERHEAD: usize = 9;
 
 pub struct JoinState {
     window: JoinWindow,
@@ -85,9 +86,15 @@ pub struct JoinState {
     keys: HashTable<Handle>,
     /// foldhash, seeded per process: SipHash took a sixth of insert's time (perf, benches/matcher.rs).
     hasher: foldhash::fast::RandomState,
-    /// Min-heap of held events by (close time, arrival): what to evict as stream time advances.
-    /// Store handles grow in arrival order, so equal close times leave in arrival order.
-    expiry: BinaryHeap<Reverse<(i64, Handle)>>,
+    /// What to evict as stream time advances, in two parts. Events that close no earlier than
+    /// every event before them (nearly all: a task takes its records in timestamp order) are
+    /// evicted by walking the store from `in_order`, the oldest of them, at no memory cost. The
+    /// rest go into `out_of_order`, a min-heap by (close time, arrival). Store handles grow in
+    /// arrival order, so equal close times leave in arrival order across both parts.
+    in_order: Option<Handle>,
+    /// Close time of the newest in-order event.
+    in_order_close: i64,
+    out_of_order: BinaryHeap<Reverse<(i64, Handle)>>,
     events: usize,
 }
 
@@ -100,7 +107,9 @@ impl JoinState {
             store: EventStore::default(),
             keys: HashTable::new(),
             hasher: Default::default(),
-            expiry: BinaryHeap::new(),
+            in_order: None,
+            in_order_close: i64::MIN,
+            out_of_order: BinaryHeap::new(),
             events: 0,
         }
     }
@@ -114,7 +123,9 @@ impl JoinState {
     pub fn held(&self) -> (usize, usize) {
         (
             self.events,
-            self.store.live_bytes() + self.events * PER_EVENT_OVERHEAD,
+            self.store.live_bytes()
+                + self.events * PER_EVENT_OVERHEAD
+                + self.out_of_order.len() * std::mem::size_of::<Reverse<(i64, Handle)>>(),
         )
     }
 
@@ -124,12 +135,11 @@ impl JoinState {
     pub fn needed_offsets(&self) -> impl Iterator<Item = (Side, i64)> + '_ {
         let kind = self.kind;
         let store = &self.store;
-        // Every held event is in the expiry index exactly once.
-        self.expiry.iter().flat_map(move |Reverse((_, h))| {
-            let side = store.side(*h);
-            let partner = store.partner_offset(*h);
+        store.live().flat_map(move |h| {
+            let side = store.side(h);
+            let partner = store.partner_offset(h);
             let reported = partner != UNMATCHED && kind.reports_expiry(side);
-            std::iter::once((side, store.offset(*h)))
+            std::iter::once((side, store.offset(h)))
                 .chain(reported.then_some((side.opposite(), partner)))
         })
     }
@@ -163,12 +173,15 @@ impl JoinState {
             |&h| store.key(h) == &*event.key,
             |&h| hasher.hash_one(store.key(h)),
         );
+        let close = ts.saturating_add(self.window.retention());
+        let out_of_order = close < self.in_order_close;
         let handle = store.push(
             &event,
             Links {
                 side,
                 partner_offset: UNMATCHED,
                 next: NO_HANDLE,
+                out_of_order,
             },
         );
         let head = match entry {
@@ -215,23 +228,36 @@ impl JoinState {
             }
         }
         self.events += 1;
-        let close = ts.saturating_add(self.window.retention());
-        if self.expiry.len() == self.expiry.capacity() {
-            // Grown by a quarter, not doubled: the index is a fifth of what a small event costs.
-            self.expiry.reserve_exact(self.expiry.len() / 4 + 64);
+        if out_of_order {
+            self.out_of_order.push(Reverse((close, handle)));
+        } else {
+            self.in_order_close = close;
+            self.in_order.get_or_insert(handle);
         }
-        self.expiry.push(Reverse((close, handle)));
         self.expire(out);
     }
 
     /// Removes every event whose window and grace have passed, reporting unmatched ones per kind.
     fn expire(&mut self, out: &mut Vec<JoinOutcome>) {
         let Some(st) = self.stream_time else { return };
-        while let Some(&Reverse((close, leaving))) = self.expiry.peek() {
+        let retention = self.window.retention();
+        loop {
+            let from_log = self
+                .in_order
+                .map(|h| (self.store.timestamp(h).saturating_add(retention), h));
+            let from_heap = self.out_of_order.peek().map(|r| r.0);
+            let Some((close, leaving)) = from_log.into_iter().chain(from_heap).min() else {
+                break;
+            };
             if close >= st {
                 break;
             }
-            self.expiry.pop();
+            let after = if Some((close, leaving)) == from_heap {
+                self.out_of_order.pop();
+                None
+            } else {
+                Some(self.store.after(leaving))
+            };
             self.unlink(leaving);
             let side = self.store.side(leaving);
             if self.store.partner_offset(leaving) == UNMATCHED && self.kind.reports_expiry(side) {
@@ -242,6 +268,9 @@ impl JoinState {
             }
             self.store.remove(leaving);
             self.events -= 1;
+            if let Some(after) = after {
+                self.in_order = self.store.in_order_from(after);
+            }
         }
     }
 

@@ -24,7 +24,7 @@ pub const NO_HANDLE: Handle = u64::MAX;
 /// one wastes at most the tail of a large segment per segment. An event larger than the largest
 /// gets a segment of its own size.
 const MIN_SEGMENT: usize = 4 * 1024;
-const MAX_SEGMENT: usize = 1024 * 1024;
+const MAX_SEGMENT: usize = 256 * 1024;
 
 // Header layout, native-endian, unaligned (read with `from_ne_bytes`, never cast):
 const TIMESTAMP: usize = 0; // i64
@@ -34,13 +34,17 @@ const NEXT: usize = 24; // Handle, mutable
 const KEY_LEN: usize = 32; // u32
 const VALUE_LEN: usize = 36; // u32, TOMBSTONE for no value
 const ORIGIN: usize = 40; // u8, index into `origins`
-const FLAGS: usize = 41; // u8: RIGHT, HAS_HEADERS
+const FLAGS: usize = 41; // u8: RIGHT, HAS_HEADERS, OUT_OF_ORDER, DEAD
 /// Bytes before an event's key.
 pub const HEADER: usize = 42;
 
 const RIGHT: u8 = 1;
 /// The value is followed by a u32 length and the encoded headers; most events have none.
 const HAS_HEADERS: u8 = 2;
+/// Not in the log's close-time order: the state keeps it in its expiry heap instead.
+const OUT_OF_ORDER: u8 = 4;
+/// Removed; its bytes stay until its segment is freed.
+const DEAD: u8 = 8;
 
 const TOMBSTONE: u32 = u32::MAX;
 
@@ -68,6 +72,8 @@ pub struct Links {
     pub side: Side,
     pub partner_offset: i64,
     pub next: Handle,
+    /// The event closes before one pushed earlier; see [`EventStore::in_order_from`].
+    pub out_of_order: bool,
 }
 
 impl EventStore {
@@ -110,7 +116,8 @@ impl EventStore {
         b.extend_from_slice(&value_field.to_ne_bytes());
         b.push(origin);
         let side = if links.side == Side::Right { RIGHT } else { 0 };
-        b.push(side | if has_headers { HAS_HEADERS } else { 0 });
+        let out_of_order = if links.out_of_order { OUT_OF_ORDER } else { 0 };
+        b.push(side | out_of_order | if has_headers { HAS_HEADERS } else { 0 });
         b.extend_from_slice(&event.key);
         if let Some(value) = &event.value {
             b.extend_from_slice(value);
@@ -137,6 +144,8 @@ impl EventStore {
     /// Removes the event: its bytes are freed once every event of its segment is removed.
     pub fn remove(&mut self, h: Handle) {
         self.live_bytes -= self.size(h);
+        let flags = self.record(h)[FLAGS];
+        self.set_field(h, FLAGS, [flags | DEAD]);
         let ix = (h >> 32) as usize - self.first as usize;
         let filling = ix + 1 == self.segments.len();
         let segment = &mut self.segments[ix];
@@ -220,6 +229,54 @@ impl EventStore {
         }
     }
 
+    /// Where the log continues after `h`: pass it to [`Self::in_order_from`], also after `h` is
+    /// removed.
+    pub fn after(&self, h: Handle) -> Handle {
+        h + self.size(h) as u64
+    }
+
+    /// The first live event at or after `from` in the log that was not pushed out of order, if
+    /// any. Together with the order they were pushed in, this walks the in-order events oldest
+    /// first without an index.
+    pub fn in_order_from(&self, from: Handle) -> Option<Handle> {
+        let (mut number, mut at) = match from >> 32 {
+            // Its segment was freed and dropped: the log goes on at the oldest one left.
+            number if number < self.first => (self.first, 0),
+            number => (number, (from & u64::from(u32::MAX)) as usize),
+        };
+        while let Some(segment) = self.segments.get((number - self.first) as usize) {
+            // A freed segment has no bytes, so this skips it.
+            while at < segment.bytes.len() {
+                let h = (number << 32) | at as u64;
+                if self.record(h)[FLAGS] & (DEAD | OUT_OF_ORDER) == 0 {
+                    return Some(h);
+                }
+                at += self.size(h);
+            }
+            number += 1;
+            at = 0;
+        }
+        None
+    }
+
+    /// Every live event, in the order they were pushed.
+    pub fn live(&self) -> impl Iterator<Item = Handle> + '_ {
+        self.segments.iter().enumerate().flat_map(move |(ix, segment)| {
+            let number = self.first + ix as u64;
+            let mut at = 0;
+            std::iter::from_fn(move || {
+                while at < segment.bytes.len() {
+                    let h = (number << 32) | at as u64;
+                    at += self.size(h);
+                    if self.record(h)[FLAGS] & DEAD == 0 {
+                        return Some(h);
+                    }
+                }
+                None
+            })
+        })
+    }
+
     /// Bytes the live events take, headers included.
     pub fn live_bytes(&self) -> usize {
         self.live_bytes
@@ -254,6 +311,10 @@ impl EventStore {
         let segment = &mut self.segments[(h >> 32) as usize - self.first as usize];
         let start = (h & u64::from(u32::MAX)) as usize + at;
         segment.bytes[start..start + N].copy_from_slice(&bytes);
+    }
+
+    pub fn is_out_of_order(&self, h: Handle) -> bool {
+        self.record(h)[FLAGS] & OUT_OF_ORDER != 0
     }
 
     fn origin(&mut self, topic: &Arc<str>, partition: i32) -> u8 {

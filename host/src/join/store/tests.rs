@@ -17,6 +17,7 @@ fn links(side: Side) -> Links {
         side,
         partner_offset: -1,
         next: NO_HANDLE,
+        out_of_order: false,
     }
 }
 
@@ -125,4 +126,48 @@ fn events_of_different_partitions_keep_their_origin() {
     assert_eq!(store.origins.len(), 2);
     store.push(&a, links(Side::Left));
     assert_eq!(store.origins.len(), 2, "an origin is stored once");
+}
+
+#[test]
+fn the_in_order_walk_skips_removed_and_out_of_order_events_and_survives_freed_segments() {
+    let mut store = EventStore::default();
+    let value = vec![b'v'; 3_000];
+    let handles: Vec<Handle> = (0..100)
+        .map(|i| {
+            let mut l = links(Side::Left);
+            l.out_of_order = i % 3 == 1;
+            store.push(&event(i, b"key", Some(value.clone()), Vec::new()), l)
+        })
+        .collect();
+    let in_order: Vec<Handle> = handles.iter().copied().filter(|h| !store.is_out_of_order(*h)).collect();
+    assert_eq!(in_order.len(), 67);
+    // Out-of-order events leave early and in any order; the in-order ones from the front.
+    let out_of_order: Vec<Handle> = handles.iter().copied().filter(|h| store.is_out_of_order(*h)).collect();
+    for h in out_of_order.iter().rev() {
+        store.remove(*h);
+    }
+    let mut cursor = store.in_order_from(handles[0]);
+    let mut walked = Vec::new();
+    while let Some(h) = cursor {
+        walked.push(h);
+        let after = store.after(h);
+        store.remove(h);
+        cursor = store.in_order_from(after);
+    }
+    assert_eq!(walked, in_order);
+    assert_eq!(store.live_bytes(), 0);
+    assert_eq!(store.live().count(), 0);
+}
+
+#[test]
+fn live_lists_every_event_not_removed_in_push_order() {
+    let mut store = EventStore::default();
+    let handles: Vec<Handle> = (0..50)
+        .map(|i| store.push(&event(i, b"k", Some(vec![0; 5_000]), Vec::new()), links(Side::Left)))
+        .collect();
+    for h in handles.iter().step_by(2) {
+        store.remove(*h);
+    }
+    let live: Vec<i64> = store.live().map(|h| store.offset(h)).collect();
+    assert_eq!(live, (1..50).step_by(2).collect::<Vec<_>>());
 }
