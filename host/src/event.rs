@@ -30,8 +30,9 @@ pub struct Header {
 
 /// One consumed record.
 ///
-/// Held by the join state for as long as its window is open, so kept small (88 bytes): the topic is
-/// shared by every record of a partition, and the byte fields are exact-size boxes, not vectors.
+/// Kept small (88 bytes), as every consumed record is one until the join state copies it into its
+/// packed store (join/store.rs): the topic is shared by every record of a partition, and the byte
+/// fields are exact-size boxes, not vectors.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
     pub topic: Arc<str>,
@@ -92,7 +93,7 @@ mod tests {
 
     #[test]
     fn an_event_stays_small() {
-        // What the join state pays per held event beyond its bytes; see benches/memory.rs.
+        // Every record in flight between the consumer and the join state is one.
         assert_eq!(std::mem::size_of::<Event>(), 88);
     }
 
