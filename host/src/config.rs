@@ -226,10 +226,22 @@ pub struct PluginConfig {
     /// Passed to the plugin's `init`. Default: empty.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+    /// Threads that run tasks, each with its own plugin instance (and its own `memory_mib`).
+    /// Default: the machine's cores.
+    #[serde(default)]
+    pub workers: Option<usize>,
     /// Watch `path` and swap in a new file (written in place or renamed in) without a restart.
     /// When `path` is a directory, its newest `.wasm` file is the plugin. Default: true.
     #[serde(default = "yes")]
     pub watch: bool,
+}
+
+impl PluginConfig {
+    /// `workers`, or the machine's cores.
+    pub fn workers(&self) -> usize {
+        self.workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
 }
 
 fn default_deadline() -> Duration {
@@ -329,6 +341,13 @@ impl Config {
                 "plugin.memory_mib",
                 "is zero",
                 "give a cap in MiB, e.g. 256",
+            );
+        }
+        if self.plugin.workers == Some(0) {
+            return invalid(
+                "plugin.workers",
+                "is zero",
+                "give the number of threads running tasks, e.g. 2, or leave it out for one per core",
             );
         }
         if self.plugin.deadline.is_zero() {
@@ -459,6 +478,8 @@ mod tests {
         assert_eq!(c.plugin.failure, FailurePolicy::DeadLetter);
         assert_eq!(c.plugin.retries, 2);
         assert!(c.plugin.watch);
+        assert_eq!(c.plugin.workers, None);
+        assert!(c.plugin.workers() >= 1, "one per core");
         assert!(c.admin.enabled);
         assert_eq!(c.admin.bind, "127.0.0.1:9464");
     }
@@ -493,6 +514,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("5 minutes") && err.contains("30s"), "{err}");
+    }
+
+    #[test]
+    fn zero_workers_is_refused_and_a_number_is_kept() {
+        let with = |n: &str| MINIMAL.replace("path = \"p.wasm\"", &format!("path = \"p.wasm\"\nworkers = {n}"));
+        let err = Config::parse(&with("0")).unwrap_err().to_string();
+        assert!(err.contains("plugin.workers") && err.contains("one per core"), "{err}");
+        assert_eq!(Config::parse(&with("3")).unwrap().plugin.workers(), 3);
     }
 
     #[test]

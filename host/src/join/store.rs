@@ -313,6 +313,7 @@ impl EventStore {
         segment.bytes[start..start + N].copy_from_slice(&bytes);
     }
 
+    #[cfg(test)]
     pub fn is_out_of_order(&self, h: Handle) -> bool {
         self.record(h)[FLAGS] & OUT_OF_ORDER != 0
     }

@@ -6,6 +6,9 @@
 //! The I/O layer's loop, per task: `push` consumed records; `run` to get a [`Batch`]; produce the
 //! batch and wait for every acknowledgement; `acknowledge` it; from time to time commit
 //! `commit_points`. Records count as processed only once their batch is acknowledged.
+//! [`pool`] runs a round of tasks on several actions at once.
+
+pub mod pool;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -212,6 +215,11 @@ impl PartitionTask {
     }
 
     /// Events and bytes held in the join state.
+    /// Records buffered and not yet run.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
     pub fn held(&self) -> (usize, usize) {
         self.state.held()
     }

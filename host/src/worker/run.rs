@@ -25,7 +25,7 @@ use crate::kafka::assignment;
 use crate::metrics::{Metrics, TaskGauges};
 use crate::plugin::PluginRegistry;
 use crate::task::TaskCounters;
-use crate::task::{DeadLetterReason, Emit, PartitionTask};
+use crate::task::{pool, DeadLetterReason, Emit, PartitionTask};
 use crate::worker::action::MeteredWorker;
 use crate::worker::replay::task_policy;
 
@@ -249,7 +249,10 @@ impl Host {
         // Every event of a topic shares its name: no allocation per record, 16 bytes per held event.
         let topic_names: [Arc<str>; 2] = [left.into(), right.into()];
         let policy = task_policy(cfg);
-        let mut worker = MeteredWorker::new(self.registry.worker()?);
+        // One plugin instance per worker thread; tasks are dealt to them each round (task/pool.rs).
+        let mut workers = (0..cfg.plugin.workers())
+            .map(|_| Ok(MeteredWorker::new(self.registry.worker()?)))
+            .collect::<Result<Vec<_>>>()?;
         let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();
         // Counters of tasks this host no longer holds, so the exported totals never go down.
         let mut retired = TaskCounters::default();
@@ -257,7 +260,6 @@ impl Host {
         let mut last_lag = Instant::now() - LAG_INTERVAL;
         let started = Instant::now();
         let mut last_commit = Instant::now();
-        let mut sleep = |d: Duration| std::thread::sleep(d);
 
         while !shutdown.load(Ordering::Relaxed) {
             // Consume what is there (bounded), waiting at most 50 ms for the first record.
@@ -297,7 +299,7 @@ impl Host {
             let now = started.elapsed().as_millis() as i64;
             // Every task's batch is sent, then all are awaited at once: one round trip per round.
             let failed_before = producer.context().failed.load(Ordering::Relaxed);
-            let mut batches = Vec::new();
+            let mut running = Vec::new();
             for task in tasks.values_mut() {
                 if task.halted().is_some() {
                     continue;
@@ -305,9 +307,12 @@ impl Host {
                 task.set_end_offsets(
                     [left, right].map(|t| cached_high_watermark(&consumer, t, task.partition)),
                 );
-                let batch = task.run(now, &mut worker, &mut sleep);
+                running.push(task);
+            }
+            let batches = pool::run_round(running, &mut workers, now, &std::thread::sleep);
+            for (partition, batch) in &batches {
                 self.send_emits(&producer, &batch.emits)?;
-                batches.push((task.partition, batch));
+                let task = &tasks[partition];
                 if let Some(reason) = task.halted() {
                     tracing::error!(
                         "{reason}; pausing partition {} of {left} and {right}",
@@ -332,7 +337,7 @@ impl Host {
                 lags = lag_of(&consumer, left, right, tasks.keys().copied());
                 last_lag = Instant::now();
             }
-            self.publish_metrics(&tasks, &retired, &lags, &mut worker);
+            self.publish_metrics(&tasks, &retired, &lags, &mut workers);
             self.heartbeat_ms
                 .store(crate::admin::now_ms(), Ordering::Relaxed);
             if last_commit.elapsed() >= COMMIT_INTERVAL {
@@ -452,7 +457,7 @@ impl Host {
         tasks: &BTreeMap<i32, PartitionTask>,
         retired: &TaskCounters,
         lags: &HashMap<i32, [Option<i64>; 2]>,
-        worker: &mut MeteredWorker,
+        workers: &mut [MeteredWorker],
     ) {
         let mut counters = retired.clone();
         for task in tasks.values() {
@@ -466,7 +471,7 @@ impl Host {
                 (*p, TaskGauges { events, bytes, lag })
             })
             .collect();
-        let calls = worker.take_calls();
+        let calls: Vec<_> = workers.iter_mut().flat_map(|w| w.take_calls()).collect();
         let (left, right) = (&self.config.join.left, &self.config.join.right);
         self.metrics.update(|m| {
             m.consumed
