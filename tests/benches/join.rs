@@ -17,7 +17,8 @@
 //! Environment: BENCH_RECORDS (per topic, default 200000), BENCH_BATCH (records per producer batch,
 //! default 10000), BENCH_RUNS (rounds, default 3; the data set is produced once), BENCH_SYSTEMS
 //! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-python,
-//! cojoin-js, python-handwritten, quixstreams), PYTHON_BENCH (default .venv-bench/bin/python).
+//! cojoin-js, python-handwritten, quixstreams), BENCH_WORKERS (cojoin's `plugin.workers`, default
+//! unset: one per core), PYTHON_BENCH (default .venv-bench/bin/python).
 
 #[path = "join/summary.rs"]
 mod summary;
@@ -320,13 +321,15 @@ grace = "{GRACE_MS}ms"
 [plugin]
 path = "{}"
 watch = false
+{}
 [output]
 topic = "bench-out"
 dead_letter_topic = "bench-dlq"
 [admin]
 bind = "127.0.0.1:0"
 "#,
-            wasm.display()
+            wasm.display(),
+            workers_line(),
         ),
     )
     .unwrap();
@@ -431,11 +434,19 @@ fn admin_url(log: &Path) -> String {
     }
 }
 
+/// The `[plugin]` line BENCH_WORKERS asks for, if any.
+fn workers_line() -> String {
+    std::env::var("BENCH_WORKERS")
+        .map(|n| format!("workers = {n}"))
+        .unwrap_or_default()
+}
+
 fn report(rows: &[Summary], expected: u64, records: u64, runs: u64) {
     println!(
         "\njoin benchmark: {records} + {records} records, 100-byte values, window {WINDOW_MS} ms, grace {GRACE_MS} ms; expected matches {expected}; median of {runs} runs"
     );
-    println!("{}", machine());
+    let workers = std::env::var("BENCH_WORKERS").unwrap_or_else(|_| "one per core".into());
+    println!("{}; cojoin workers: {workers}", machine());
     for line in table(rows) {
         println!("{line}");
     }
