@@ -11,6 +11,7 @@
 //! rebuild the state and their outcomes are suppressed, because the previous owner acted on them:
 //! - a match is suppressed when both of its events are replay;
 //! - an expiry or a late report is suppressed when the record whose insertion caused it is replay.
+//!
 //! Replay of both partitions runs before any new record (see [`super::order`]), so at its end the
 //! stream time is the one the previous owner had at its commit, when it had already acted on every
 //! expiry up to that stream time. Duplicates are limited to outcomes of records processed after the

@@ -219,7 +219,11 @@ impl Host {
             .set("partition.assignment.strategy", "range")
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest");
+            .set("auto.offset.reset", "earliest")
+            // librdkafka pauses a partition's fetching for this long once its local queue is full
+            // (default 1 s); with a slow plugin the queue then ran dry while waiting: 84k → 95k
+            // records/s with the Python plugin (BENCHMARKS.md). [kafka.options] can override it.
+            .set("fetch.queue.backoff.ms", "20");
         if let Some(id) = &cfg.kafka.instance_id {
             consumer_config.set("group.instance.id", id);
         }
