@@ -53,7 +53,11 @@ fn main() {
             for (label, share, shuffle) in [
                 ("unique keys", false, false),
                 ("left and right share a key", true, false),
-                ("unique keys, every other event 1 s out of order", false, true),
+                (
+                    "unique keys, every other event 1 s out of order",
+                    false,
+                    true,
+                ),
             ] {
                 let (heap, accounted) = measure(held, value_bytes, share, shuffle);
                 println!(

@@ -518,9 +518,17 @@ mod tests {
 
     #[test]
     fn zero_workers_is_refused_and_a_number_is_kept() {
-        let with = |n: &str| MINIMAL.replace("path = \"p.wasm\"", &format!("path = \"p.wasm\"\nworkers = {n}"));
+        let with = |n: &str| {
+            MINIMAL.replace(
+                "path = \"p.wasm\"",
+                &format!("path = \"p.wasm\"\nworkers = {n}"),
+            )
+        };
         let err = Config::parse(&with("0")).unwrap_err().to_string();
-        assert!(err.contains("plugin.workers") && err.contains("one per core"), "{err}");
+        assert!(
+            err.contains("plugin.workers") && err.contains("one per core"),
+            "{err}"
+        );
         assert_eq!(Config::parse(&with("3")).unwrap().plugin.workers(), 3);
     }
 

@@ -86,10 +86,8 @@ impl EventStore {
             .sum();
         let value_len = event.value.as_ref().map_or(0, |v| v.len());
         let has_headers = !event.headers.is_empty();
-        let size = HEADER
-            + event.key.len()
-            + value_len
-            + if has_headers { 4 + headers_len } else { 0 };
+        let size =
+            HEADER + event.key.len() + value_len + if has_headers { 4 + headers_len } else { 0 };
         let origin = self.origin(&event.topic, event.partition);
 
         let room = self
@@ -104,7 +102,10 @@ impl EventStore {
             });
         }
         let number = self.first + self.segments.len() as u64 - 1;
-        let segment = self.segments.back_mut().expect("a segment was just ensured");
+        let segment = self
+            .segments
+            .back_mut()
+            .expect("a segment was just ensured");
         let at = segment.bytes.len();
         let b = &mut segment.bytes;
         b.extend_from_slice(&event.timestamp.to_ne_bytes());
@@ -261,20 +262,23 @@ impl EventStore {
 
     /// Every live event, in the order they were pushed.
     pub fn live(&self) -> impl Iterator<Item = Handle> + '_ {
-        self.segments.iter().enumerate().flat_map(move |(ix, segment)| {
-            let number = self.first + ix as u64;
-            let mut at = 0;
-            std::iter::from_fn(move || {
-                while at < segment.bytes.len() {
-                    let h = (number << 32) | at as u64;
-                    at += self.size(h);
-                    if self.record(h)[FLAGS] & DEAD == 0 {
-                        return Some(h);
+        self.segments
+            .iter()
+            .enumerate()
+            .flat_map(move |(ix, segment)| {
+                let number = self.first + ix as u64;
+                let mut at = 0;
+                std::iter::from_fn(move || {
+                    while at < segment.bytes.len() {
+                        let h = (number << 32) | at as u64;
+                        at += self.size(h);
+                        if self.record(h)[FLAGS] & DEAD == 0 {
+                            return Some(h);
+                        }
                     }
-                }
-                None
+                    None
+                })
             })
-        })
     }
 
     /// Bytes the live events take, headers included.
@@ -285,7 +289,11 @@ impl EventStore {
     /// Bytes the event takes in its segment.
     fn size(&self, h: Handle) -> usize {
         let value_field = u32::from_ne_bytes(self.field(h, VALUE_LEN));
-        let value_len = if value_field == TOMBSTONE { 0 } else { value_field as usize };
+        let value_len = if value_field == TOMBSTONE {
+            0
+        } else {
+            value_field as usize
+        };
         let end = HEADER + u32::from_ne_bytes(self.field(h, KEY_LEN)) as usize + value_len;
         if self.record(h)[FLAGS] & HAS_HEADERS == 0 {
             end

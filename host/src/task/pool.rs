@@ -53,12 +53,19 @@ pub fn run_round<A: Action + Send>(
             results.extend(run_group(own, first));
             for handle in handles {
                 // A panic in a task is a bug; carry it to the host as if it ran here.
-                results.extend(handle.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+                results.extend(
+                    handle
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                );
             }
         });
     }
     results.sort_by_key(|(i, _, _)| *i);
-    results.into_iter().map(|(_, p, batch)| (p, batch)).collect()
+    results
+        .into_iter()
+        .map(|(_, p, batch)| (p, batch))
+        .collect()
 }
 
 #[cfg(test)]

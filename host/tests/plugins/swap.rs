@@ -140,9 +140,9 @@ fn every_call_is_answered_once_by_one_version_while_versions_swap() {
         last_generation[a.worker] = a.generation;
         *per_generation.entry(a.generation).or_default() += 1;
     }
-    for w in 0..WORKERS {
+    for (w, generation) in last_generation.iter().enumerate() {
         assert_eq!(
-            last_generation[w], last,
+            *generation, last,
             "worker {w} never reached the last version"
         );
     }

@@ -58,7 +58,11 @@ fn an_event_comes_back_as_it_went_in_with_its_links() {
     store.set_partner_offset(handles[1], 42);
     assert_eq!(store.next(handles[0]), handles[2]);
     assert_eq!(store.partner_offset(handles[1]), 42);
-    assert_eq!(store.event(handles[0]), cases[0], "links do not touch the event");
+    assert_eq!(
+        store.event(handles[0]),
+        cases[0],
+        "links do not touch the event"
+    );
 }
 
 #[test]
@@ -66,16 +70,28 @@ fn handles_grow_in_arrival_order_across_segments() {
     let mut store = EventStore::default();
     let big = vec![b'x'; MAX_SEGMENT / 3];
     let handles: Vec<Handle> = (0..10)
-        .map(|i| store.push(&event(i, b"k", Some(big.clone()), Vec::new()), links(Side::Left)))
+        .map(|i| {
+            store.push(
+                &event(i, b"k", Some(big.clone()), Vec::new()),
+                links(Side::Left),
+            )
+        })
         .collect();
     assert!(handles.windows(2).all(|w| w[0] < w[1]));
-    assert!(store.segments.len() >= 4, "{} segments", store.segments.len());
+    assert!(
+        store.segments.len() >= 4,
+        "{} segments",
+        store.segments.len()
+    );
 }
 
 #[test]
 fn an_event_larger_than_a_segment_gets_its_own() {
     let mut store = EventStore::default();
-    let small = store.push(&event(0, b"a", Some(vec![1; 10]), Vec::new()), links(Side::Left));
+    let small = store.push(
+        &event(0, b"a", Some(vec![1; 10]), Vec::new()),
+        links(Side::Left),
+    );
     let huge = event(1, b"b", Some(vec![2; MAX_SEGMENT * 2]), Vec::new());
     let h = store.push(&huge, links(Side::Left));
     assert_eq!(store.event(h), huge);
@@ -87,7 +103,12 @@ fn segments_are_freed_once_all_their_events_left_and_live_bytes_follow() {
     let mut store = EventStore::default();
     let value = vec![b'v'; 10_000];
     let handles: Vec<Handle> = (0..300)
-        .map(|i| store.push(&event(i, b"key", Some(value.clone()), Vec::new()), links(Side::Left)))
+        .map(|i| {
+            store.push(
+                &event(i, b"key", Some(value.clone()), Vec::new()),
+                links(Side::Left),
+            )
+        })
         .collect();
     let segments = store.segments.len();
     assert!(segments >= 4);
@@ -109,7 +130,11 @@ fn segments_are_freed_once_all_their_events_left_and_live_bytes_follow() {
         store.remove(*h);
     }
     assert_eq!(store.live_bytes(), 0);
-    assert_eq!(store.segments.len(), 1, "the segment being filled is kept for reuse");
+    assert_eq!(
+        store.segments.len(),
+        1,
+        "the segment being filled is kept for reuse"
+    );
 }
 
 #[test]
@@ -139,10 +164,18 @@ fn the_in_order_walk_skips_removed_and_out_of_order_events_and_survives_freed_se
             store.push(&event(i, b"key", Some(value.clone()), Vec::new()), l)
         })
         .collect();
-    let in_order: Vec<Handle> = handles.iter().copied().filter(|h| !store.is_out_of_order(*h)).collect();
+    let in_order: Vec<Handle> = handles
+        .iter()
+        .copied()
+        .filter(|h| !store.is_out_of_order(*h))
+        .collect();
     assert_eq!(in_order.len(), 67);
     // Out-of-order events leave early and in any order; the in-order ones from the front.
-    let out_of_order: Vec<Handle> = handles.iter().copied().filter(|h| store.is_out_of_order(*h)).collect();
+    let out_of_order: Vec<Handle> = handles
+        .iter()
+        .copied()
+        .filter(|h| store.is_out_of_order(*h))
+        .collect();
     for h in out_of_order.iter().rev() {
         store.remove(*h);
     }
@@ -163,7 +196,12 @@ fn the_in_order_walk_skips_removed_and_out_of_order_events_and_survives_freed_se
 fn live_lists_every_event_not_removed_in_push_order() {
     let mut store = EventStore::default();
     let handles: Vec<Handle> = (0..50)
-        .map(|i| store.push(&event(i, b"k", Some(vec![0; 5_000]), Vec::new()), links(Side::Left)))
+        .map(|i| {
+            store.push(
+                &event(i, b"k", Some(vec![0; 5_000]), Vec::new()),
+                links(Side::Left),
+            )
+        })
         .collect();
     for h in handles.iter().step_by(2) {
         store.remove(*h);

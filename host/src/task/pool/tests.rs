@@ -28,7 +28,12 @@ impl Action for Echo {
         }])
     }
 
-    fn on_expire(&mut self, _: &[u8], _: &Event, _: Side) -> Result<Vec<OutputRecord>, ActionFailure> {
+    fn on_expire(
+        &mut self,
+        _: &[u8],
+        _: &Event,
+        _: Side,
+    ) -> Result<Vec<OutputRecord>, ActionFailure> {
         Ok(vec![])
     }
 
@@ -38,7 +43,9 @@ impl Action for Echo {
 }
 
 fn echo() -> Echo {
-    Echo { threads: Vec::new() }
+    Echo {
+        threads: Vec::new(),
+    }
 }
 
 fn policy() -> TaskPolicy {
@@ -96,7 +103,10 @@ fn outputs(batches: &[(i32, Batch)]) -> Vec<String> {
         .iter()
         .flat_map(|(p, b)| {
             b.emits.iter().map(move |e| match e {
-                Emit::Output(r) => format!("{p}: {}", String::from_utf8_lossy(r.value.as_deref().unwrap())),
+                Emit::Output(r) => format!(
+                    "{p}: {}",
+                    String::from_utf8_lossy(r.value.as_deref().unwrap())
+                ),
                 Emit::DeadLetter(d) => format!("{p}: dead letter {:?}", d.reason),
             })
         })
@@ -115,7 +125,10 @@ fn several_workers_give_the_same_batches_in_the_same_order_as_one() {
     let mut three = [echo(), echo(), echo()];
     let got = run_round(shared.iter_mut().collect(), &mut three, 0, &no_sleep);
 
-    assert_eq!(got.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(
+        got.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4, 5]
+    );
     assert_eq!(outputs(&got), outputs(&want));
     assert_eq!(outputs(&got).len(), 6 * 50);
     // Tasks 0 and 3 ran on the first worker, 1 and 4 on the second, 2 and 5 on the third.
@@ -155,13 +168,23 @@ fn more_workers_than_tasks_leaves_the_extra_ones_idle() {
 fn retries_sleep_through_the_given_function_on_every_thread() {
     struct Failing;
     impl Action for Failing {
-        fn on_match(&mut self, _: &[u8], _: &Event, _: &Event) -> Result<Vec<OutputRecord>, ActionFailure> {
+        fn on_match(
+            &mut self,
+            _: &[u8],
+            _: &Event,
+            _: &Event,
+        ) -> Result<Vec<OutputRecord>, ActionFailure> {
             Err(ActionFailure {
                 kind: "crash",
                 message: "boom".into(),
             })
         }
-        fn on_expire(&mut self, _: &[u8], _: &Event, _: Side) -> Result<Vec<OutputRecord>, ActionFailure> {
+        fn on_expire(
+            &mut self,
+            _: &[u8],
+            _: &Event,
+            _: Side,
+        ) -> Result<Vec<OutputRecord>, ActionFailure> {
             Ok(vec![])
         }
         fn version(&self) -> String {
