@@ -214,12 +214,12 @@ impl PartitionTask {
         self.queue.len()
     }
 
-    /// Events and bytes held in the join state.
     /// Records buffered and not yet run.
     pub fn queued(&self) -> usize {
         self.queue.len()
     }
 
+    /// Events and bytes held in the join state.
     pub fn held(&self) -> (usize, usize) {
         self.state.held()
     }
