@@ -147,7 +147,7 @@ impl EventStore {
         self.live_bytes -= self.size(h);
         let flags = self.record(h)[FLAGS];
         self.set_field(h, FLAGS, [flags | DEAD]);
-        let ix = (h >> 32) as usize - self.first as usize;
+        let (ix, _) = self.split(h);
         let filling = ix + 1 == self.segments.len();
         let segment = &mut self.segments[ix];
         segment.live -= 1;
@@ -197,36 +197,27 @@ impl EventStore {
     }
 
     pub fn key(&self, h: Handle) -> &[u8] {
-        let key_len = u32::from_ne_bytes(self.field(h, KEY_LEN)) as usize;
-        &self.record(h)[HEADER..HEADER + key_len]
+        &self.record(h)[HEADER..HEADER + self.key_len(h)]
     }
 
     /// The event as it was pushed.
     pub fn event(&self, h: Handle) -> Event {
         let r = self.record(h);
-        let key_len = u32::from_ne_bytes(self.field(h, KEY_LEN)) as usize;
-        let value_field = u32::from_ne_bytes(self.field(h, VALUE_LEN));
         let (topic, partition) = &self.origins[r[ORIGIN] as usize];
-        let mut at = HEADER + key_len;
-        let value = (value_field != TOMBSTONE).then(|| {
-            let v = &r[at..at + value_field as usize];
-            at += v.len();
-            Box::from(v)
-        });
-        let headers = if r[FLAGS] & HAS_HEADERS == 0 {
-            Box::default()
-        } else {
-            let len = u32::from_ne_bytes(r[at..at + 4].try_into().expect("4 bytes")) as usize;
-            decode_headers(&r[at + 4..at + 4 + len])
-        };
+        let value_at = HEADER + self.key_len(h);
+        let value_len = self.value_len(h);
+        let headers_at = value_at + value_len.unwrap_or(0);
         Event {
             topic: topic.clone(),
             partition: *partition,
             offset: self.offset(h),
             timestamp: self.timestamp(h),
-            key: Box::from(&r[HEADER..HEADER + key_len]),
-            value,
-            headers,
+            key: Box::from(self.key(h)),
+            value: value_len.map(|len| Box::from(&r[value_at..value_at + len])),
+            headers: match self.headers_len(h, headers_at) {
+                None => Box::default(),
+                Some(len) => decode_headers(&r[headers_at + 4..headers_at + 4 + len]),
+            },
         }
     }
 
@@ -240,45 +231,34 @@ impl EventStore {
     /// any. Together with the order they were pushed in, this walks the in-order events oldest
     /// first without an index.
     pub fn in_order_from(&self, from: Handle) -> Option<Handle> {
+        self.records_from(from)
+            .find(|&h| self.record(h)[FLAGS] & (DEAD | OUT_OF_ORDER) == 0)
+    }
+
+    /// Every live event, in the order they were pushed.
+    pub fn live(&self) -> impl Iterator<Item = Handle> + '_ {
+        self.records_from(self.first << 32)
+            .filter(|&h| self.record(h)[FLAGS] & DEAD == 0)
+    }
+
+    /// Every event still in a segment, removed or not, from `from` on in the order pushed.
+    fn records_from(&self, from: Handle) -> impl Iterator<Item = Handle> + '_ {
         let (mut number, mut at) = match from >> 32 {
             // Its segment was freed and dropped: the log goes on at the oldest one left.
             number if number < self.first => (self.first, 0),
             number => (number, (from & u64::from(u32::MAX)) as usize),
         };
-        while let Some(segment) = self.segments.get((number - self.first) as usize) {
+        std::iter::from_fn(move || loop {
+            let segment = self.segments.get((number - self.first) as usize)?;
             // A freed segment has no bytes, so this skips it.
-            while at < segment.bytes.len() {
+            if at < segment.bytes.len() {
                 let h = (number << 32) | at as u64;
-                if self.record(h)[FLAGS] & (DEAD | OUT_OF_ORDER) == 0 {
-                    return Some(h);
-                }
                 at += self.size(h);
+                return Some(h);
             }
             number += 1;
             at = 0;
-        }
-        None
-    }
-
-    /// Every live event, in the order they were pushed.
-    pub fn live(&self) -> impl Iterator<Item = Handle> + '_ {
-        self.segments
-            .iter()
-            .enumerate()
-            .flat_map(move |(ix, segment)| {
-                let number = self.first + ix as u64;
-                let mut at = 0;
-                std::iter::from_fn(move || {
-                    while at < segment.bytes.len() {
-                        let h = (number << 32) | at as u64;
-                        at += self.size(h);
-                        if self.record(h)[FLAGS] & DEAD == 0 {
-                            return Some(h);
-                        }
-                    }
-                    None
-                })
-            })
+        })
     }
 
     /// Bytes the live events take, headers included.
@@ -288,25 +268,40 @@ impl EventStore {
 
     /// Bytes the event takes in its segment.
     fn size(&self, h: Handle) -> usize {
-        let value_field = u32::from_ne_bytes(self.field(h, VALUE_LEN));
-        let value_len = if value_field == TOMBSTONE {
-            0
-        } else {
-            value_field as usize
-        };
-        let end = HEADER + u32::from_ne_bytes(self.field(h, KEY_LEN)) as usize + value_len;
-        if self.record(h)[FLAGS] & HAS_HEADERS == 0 {
-            end
-        } else {
-            let r = self.record(h);
-            end + 4 + u32::from_ne_bytes(r[end..end + 4].try_into().expect("4 bytes")) as usize
+        let headers_at = HEADER + self.key_len(h) + self.value_len(h).unwrap_or(0);
+        headers_at + self.headers_len(h, headers_at).map_or(0, |len| 4 + len)
+    }
+
+    fn key_len(&self, h: Handle) -> usize {
+        u32::from_ne_bytes(self.field(h, KEY_LEN)) as usize
+    }
+
+    /// `None` for a tombstone.
+    fn value_len(&self, h: Handle) -> Option<usize> {
+        match u32::from_ne_bytes(self.field(h, VALUE_LEN)) {
+            TOMBSTONE => None,
+            len => Some(len as usize),
         }
+    }
+
+    /// Bytes of the encoded headers that follow their length at `at`, or `None` without headers.
+    fn headers_len(&self, h: Handle, at: usize) -> Option<usize> {
+        (self.record(h)[FLAGS] & HAS_HEADERS != 0)
+            .then(|| u32::from_ne_bytes(self.field(h, at)) as usize)
+    }
+
+    /// (index into `segments`, byte offset in that segment) of `h`.
+    fn split(&self, h: Handle) -> (usize, usize) {
+        (
+            (h >> 32) as usize - self.first as usize,
+            (h & u64::from(u32::MAX)) as usize,
+        )
     }
 
     /// The event's bytes from its header on (to the end of its segment's filled part).
     fn record(&self, h: Handle) -> &[u8] {
-        let segment = &self.segments[(h >> 32) as usize - self.first as usize];
-        &segment.bytes[(h & u64::from(u32::MAX)) as usize..]
+        let (ix, at) = self.split(h);
+        &self.segments[ix].bytes[at..]
     }
 
     fn field<const N: usize>(&self, h: Handle, at: usize) -> [u8; N] {
@@ -316,9 +311,9 @@ impl EventStore {
     }
 
     fn set_field<const N: usize>(&mut self, h: Handle, at: usize, bytes: [u8; N]) {
-        let segment = &mut self.segments[(h >> 32) as usize - self.first as usize];
-        let start = (h & u64::from(u32::MAX)) as usize + at;
-        segment.bytes[start..start + N].copy_from_slice(&bytes);
+        let (ix, start) = self.split(h);
+        let start = start + at;
+        self.segments[ix].bytes[start..start + N].copy_from_slice(&bytes);
     }
 
     #[cfg(test)]
