@@ -86,7 +86,8 @@ fn ev(side: Side, offset: i64, key: &str, ts: i64) -> Event {
     }
 }
 
-const FRESH: [CommitPoint; 2] = [CommitPoint {
+/// Start points of a task with nothing committed (also used by pool's tests).
+pub(super) const FRESH: [CommitPoint; 2] = [CommitPoint {
     offset: 0,
     processed_through: None,
 }; 2];

@@ -4,12 +4,15 @@ use std::thread::ThreadId;
 use super::*;
 use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
 use crate::event::{Event, OutputRecord, Side};
-use crate::join::{CommitPoint, JoinKind, JoinWindow};
+use crate::join::{JoinKind, JoinWindow};
+use crate::task::tests::FRESH;
 use crate::task::{ActionFailure, Emit, TaskPolicy};
 
-/// Answers every match with "left+right" offsets, and notes which thread it ran on.
+/// Answers every match with "left+right" offsets (or fails it, when `fails`), and notes which
+/// thread it ran on.
 struct Echo {
     threads: Vec<ThreadId>,
+    fails: bool,
 }
 
 impl Action for Echo {
@@ -20,6 +23,12 @@ impl Action for Echo {
         right: &Event,
     ) -> Result<Vec<OutputRecord>, ActionFailure> {
         self.threads.push(std::thread::current().id());
+        if self.fails {
+            return Err(ActionFailure {
+                kind: "crash",
+                message: "boom".into(),
+            });
+        }
         Ok(vec![OutputRecord {
             topic: None,
             key: Some(key.to_vec()),
@@ -45,6 +54,7 @@ impl Action for Echo {
 fn echo() -> Echo {
     Echo {
         threads: Vec::new(),
+        fails: false,
     }
 }
 
@@ -64,11 +74,6 @@ fn policy() -> TaskPolicy {
         backoff: Duration::ZERO,
     }
 }
-
-const FRESH: [CommitPoint; 2] = [CommitPoint {
-    offset: 0,
-    processed_through: None,
-}; 2];
 
 /// `tasks` tasks, each with `pairs` matching left/right pairs queued.
 fn tasks(tasks: i32, pairs: i64) -> Vec<PartitionTask> {
@@ -166,38 +171,17 @@ fn more_workers_than_tasks_leaves_the_extra_ones_idle() {
 
 #[test]
 fn retries_sleep_through_the_given_function_on_every_thread() {
-    struct Failing;
-    impl Action for Failing {
-        fn on_match(
-            &mut self,
-            _: &[u8],
-            _: &Event,
-            _: &Event,
-        ) -> Result<Vec<OutputRecord>, ActionFailure> {
-            Err(ActionFailure {
-                kind: "crash",
-                message: "boom".into(),
-            })
-        }
-        fn on_expire(
-            &mut self,
-            _: &[u8],
-            _: &Event,
-            _: Side,
-        ) -> Result<Vec<OutputRecord>, ActionFailure> {
-            Ok(vec![])
-        }
-        fn version(&self) -> String {
-            "failing@1".into()
-        }
-    }
     let slept = Mutex::new(0);
     let sleep = |_: Duration| *slept.lock().unwrap() += 1;
     let mut two_tasks = tasks(2, 40);
     for t in &mut two_tasks {
         t.policy.retries = 1;
     }
-    let mut two = [Failing, Failing];
+    let failing = || Echo {
+        fails: true,
+        ..echo()
+    };
+    let mut two = [failing(), failing()];
     let got = run_round(two_tasks.iter_mut().collect(), &mut two, 0, &sleep);
     assert_eq!(*slept.lock().unwrap(), 2 * 40, "one retry per failed match");
     assert!(outputs(&got).iter().all(|o| o.contains("dead letter")));
