@@ -3,9 +3,11 @@
 #   make test    everything CI runs: plugins in three languages, then the test suite
 #   make bench   plugin call (criterion) and load benchmarks
 #   make bench-matcher  the join core alone (criterion), and heap bytes per held event
-#   make bench-join  the join on tansu against the bare consumer and the Python peers (a table, ratios)
+#   make bench-join  the join on Apache Kafka against the bare consumer, Kafka Streams and the Python
+#                peers (a table, ratios, a chart)
 #   make plugins build every plugin component into build/plugins/
-#   make tansu   install the tansu broker the end-to-end tests run (once)
+#   make kafka   run a single-node Apache Kafka broker on 127.0.0.1:9092 (the README walk-through)
+#   make soak    the checks at scale that stay out of CI: repeated kill -9 rounds
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -17,11 +19,11 @@ COMPONENTIZE_JS := plugins/js/node_modules/.bin/componentize-js
 RUST_PLUGINS := order_paid noop misbehave not_a_plugin
 RUST_WASM := $(foreach p,$(RUST_PLUGINS),$(OUT)/$(p).wasm)
 HOST := target/release/cojoin
-# The Kafka-compatible broker the end-to-end tests start; installed once, ~17 min from cold.
-TANSU_VERSION := 0.6.0
-TANSU := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin/tansu
+# Apache Kafka 4.4.0 and its run-time jars, fetched by Maven once (tests/kafka/pom.xml).
+KAFKA_LIBS := tests/kafka/target/kafka-libs
+KAFKA_PORT ?= 9092
 
-.PHONY: all demo test bench bench-matcher bench-join plugins setup wasm-target host rust-plugins tansu
+.PHONY: all demo test bench bench-matcher bench-join plugins setup wasm-target host rust-plugins kafka kafka-libs soak
 all: plugins host
 
 # --- toolchains ---------------------------------------------------------------------------------
@@ -44,12 +46,19 @@ $(VENV_BENCH)/.installed: host/benches/peers/requirements.txt
 	$(VENV_BENCH)/bin/pip install --quiet --disable-pip-version-check -r $<
 	@touch $@
 
-$(TANSU):
-	$(CARGO) install tansu --version $(TANSU_VERSION) --locked --features dynostore
+$(KAFKA_LIBS)/.installed: tests/kafka/pom.xml
+	@command -v java >/dev/null || { echo "Apache Kafka needs Java 17+ (apt install openjdk-17-jre-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "fetching Kafka needs Maven (apt install maven)"; exit 1; }
+	cd tests/kafka && mvn -B -q dependency:copy-dependencies
+	@touch $@
 
-tansu: $(TANSU)
+kafka-libs: $(KAFKA_LIBS)/.installed
 
-setup: wasm-target $(COMPONENTIZE_PY) $(COMPONENTIZE_JS) $(TANSU)
+# A broker for the README walk-through, in the foreground (Ctrl-C stops it); data in target/kafka/.
+kafka: kafka-libs
+	tests/kafka/broker.sh $(CURDIR)/target/kafka $(KAFKA_PORT)
+
+setup: wasm-target $(COMPONENTIZE_PY) $(COMPONENTIZE_JS) kafka-libs
 
 # --- plugins ------------------------------------------------------------------------------------
 rust-plugins: wasm-target
@@ -88,9 +97,9 @@ host:
 demo: plugins host
 	$(HOST) demo --plugin $(OUT)/order_paid_python.wasm
 
-test: plugins tansu
+test: plugins kafka-libs
 	@mkdir -p build
-	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) TANSU_BIN=$(TANSU) $(CARGO) test --release --workspace --no-fail-fast 2>&1 | tee build/test.log; \
+	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) test --release --workspace --no-fail-fast 2>&1 | tee build/test.log; \
 	  status=$${PIPESTATUS[0]}; \
 	  echo "== test summary"; grep -E '^test result:' build/test.log | \
 	  awk '{p+=$$4; f+=$$6; i+=$$8} END {printf "passed %d, failed %d, ignored %d\n", p, f, i}'; \
@@ -104,6 +113,20 @@ bench-matcher:
 	$(CARGO) bench -p cojoin --bench matcher
 	$(CARGO) bench -p cojoin --bench memory
 
-bench-join: plugins host tansu $(VENV_BENCH)/.installed
-	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) TANSU_BIN=$(TANSU) PYTHON_BENCH=$(CURDIR)/$(VENV_BENCH)/bin/python \
+# The Kafka Streams peer of the join benchmark, built by Maven once per change of its sources.
+KSTREAMS := host/benches/peers/kafka-streams
+$(KSTREAMS)/target/.built: $(KSTREAMS)/pom.xml $(KSTREAMS)/src/main/java/dev/cojoin/bench/KafkaStreamsJoin.java
+	cd $(KSTREAMS) && mvn -B -q package dependency:copy-dependencies
+	@touch $@
+
+bench-join: plugins host kafka-libs $(VENV_BENCH)/.installed $(KSTREAMS)/target/.built
+	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) PYTHON_BENCH=$(CURDIR)/$(VENV_BENCH)/bin/python \
 	  $(CARGO) bench -p cojoin-e2e --bench join
+
+# Five rounds of kill -9 of one of three hosts on Kafka, each with its matches, expiries,
+# duplicates and their bound (the records past the last commit); not part of CI.
+soak: plugins host kafka-libs
+	@mkdir -p build
+	set -o pipefail; COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) COJOIN_KILL_ROUNDS=$${COJOIN_KILL_ROUNDS:-5} $(CARGO) test --release \
+	  -p cojoin-e2e --test kafka_join one_of_three_hosts_killed -- --nocapture 2>&1 | tee build/soak.log | \
+	  grep -E 'kill -9|test result'

@@ -1,10 +1,13 @@
-//! A tansu broker started as a separate process for one test, and the Kafka clients the tests
-//! use around it (producer, reader). tansu keeps everything in memory: each test gets a fresh one.
+//! An Apache Kafka broker started as a separate process for one test or benchmark (the
+//! single-node KRaft broker of `tests/kafka/broker.sh`, on free loopback ports with a fresh log
+//! directory), and the Kafka clients the tests use around it: admin, producer, reader.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
@@ -12,20 +15,12 @@ use rdkafka::ClientConfig;
 
 use crate::stream::Record;
 
-/// The tansu binary: `$TANSU_BIN`, else `~/.cargo/bin/tansu` (where `make tansu` installs it).
-pub fn tansu_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("TANSU_BIN") {
-        return path.into();
-    }
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cargo"));
-    let path = home.join("bin/tansu");
-    assert!(
-        path.exists(),
-        "{path:?} is missing: run `make tansu` (cargo install tansu --locked --features dynostore)"
-    );
-    path
+/// How long a broker may take to serve: a cold JVM on two busy cores takes 5-10 s.
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// `tests/kafka/broker.sh`, the one place that knows how to run the broker.
+pub fn broker_script() -> PathBuf {
+    crate::root().join("tests/kafka/broker.sh")
 }
 
 pub fn free_port() -> u16 {
@@ -36,68 +31,119 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub struct Tansu {
+/// One broker process; stopped (SIGKILL, its data is throwaway) when dropped.
+pub struct Kafka {
     child: Child,
     pub bootstrap: String,
-    url: String,
+    /// The broker's own log (stdout and stderr).
     pub log: PathBuf,
 }
 
-impl Tansu {
-    /// Starts a broker on a free port with in-memory storage; returns once it answers metadata.
-    pub fn start(dir: &std::path::Path) -> Tansu {
-        let port = free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
-        let log = dir.join("tansu.log");
+impl Kafka {
+    /// Starts a broker with its data under `dir/kafka`; returns once it answers metadata.
+    pub fn start(dir: &Path) -> Kafka {
+        Self::start_with(dir, "")
+    }
+
+    /// [`Kafka::start`] with extra `server.properties` lines (`key=value`, one per line).
+    pub fn start_with(dir: &Path, settings: &str) -> Kafka {
+        // Two free ports picked apart can still collide with another process binding in between:
+        // the script refuses a taken port, and a second attempt picks new ones.
+        let mut last_failure = String::new();
+        for _attempt in 0..3 {
+            let (port, controller) = (free_port(), free_port());
+            match Self::try_start(dir, port, controller, settings) {
+                Ok(kafka) => return kafka,
+                Err(why) if why.contains("is taken") => last_failure = why,
+                Err(why) => panic!("{why}"),
+            }
+        }
+        panic!("{last_failure}")
+    }
+
+    fn try_start(dir: &Path, port: u16, controller: u16, settings: &str) -> Result<Kafka, String> {
+        let log = dir.join("kafka.log");
         let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(tansu_bin())
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
-            .args(["--storage-engine", "memory://tansu/"])
-            .env("RUST_LOG", "warn")
+        let child = Command::new(broker_script())
+            .arg(dir.join("kafka"))
+            .arg(port.to_string())
+            .arg(controller.to_string())
+            .env("KAFKA_SETTINGS", settings)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .spawn()
-            .expect("starting tansu");
-        let tansu = Tansu {
+            .map_err(|e| format!("starting {:?}: {e}", broker_script()))?;
+        let mut kafka = Kafka {
             child,
             bootstrap: format!("127.0.0.1:{port}"),
-            url,
             log,
         };
-        tansu.wait_ready();
-        tansu
+        kafka.wait_ready()?;
+        Ok(kafka)
     }
 
-    fn wait_ready(&self) {
+    /// Waits until the broker lists itself in a metadata response; a broker that exits or stays
+    /// silent is reported with why (the script's own complaint, the Java version, the log's end).
+    fn wait_ready(&mut self) -> Result<(), String> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
+            .set("log_level", "0")
             .create()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while consumer
-            .fetch_metadata(None, Duration::from_secs(1))
-            .is_err()
-        {
-            assert!(
-                Instant::now() < deadline,
-                "tansu not answering after 30 s; see {:?}",
-                self.log
-            );
-            std::thread::sleep(Duration::from_millis(100));
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(m) = consumer.fetch_metadata(None, Duration::from_secs(1)) {
+                if !m.brokers().is_empty() {
+                    return Ok(());
+                }
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Err(format!(
+                    "the Kafka broker on {} exited ({status}) before serving; {}",
+                    self.bootstrap,
+                    self.diagnosis()
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the Kafka broker on {} is not serving after {START_TIMEOUT:?}; {}",
+                    self.bootstrap,
+                    self.diagnosis()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// The Java version and the last lines of the broker's log, for a failure message.
+    fn diagnosis(&self) -> String {
+        let java = Command::new("java")
+            .arg("-version")
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned()
+            })
+            .unwrap_or_else(|e| format!("no java: {e}"));
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let excerpt = lines[lines.len().saturating_sub(30)..].join("\n");
+        format!("java: {java}; log {:?} ends with:\n{excerpt}", self.log)
+    }
+
+    /// The broker's process id (the JVM: the script execs it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// CPU seconds the broker process has used so far (user + system, from /proc): what serving a
     /// benchmark costs the broker on the same cores.
     pub fn cpu_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
             .expect("reading the broker's /proc stat");
         // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
         let rest = &stat[stat.rfind(')').expect("stat has a command name") + 2..];
@@ -107,30 +153,111 @@ impl Tansu {
         ticks / 100.0
     }
 
-    /// Creates `topic` with `partitions` partitions through tansu's own CLI.
+    pub fn admin(&self) -> AdminClient<DefaultClientContext> {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .expect("an admin client")
+    }
+
+    /// Creates `topic` with `partitions` partitions and waits until every partition has a leader.
     pub fn create_topic(&self, topic: &str, partitions: i32) {
-        let out = Command::new(tansu_bin())
-            .args(["topic", "create", topic, "--broker", &self.url])
-            .args(["--partitions", &partitions.to_string()])
-            .output()
+        self.create_topic_with(topic, partitions, &[]);
+    }
+
+    /// [`Kafka::create_topic`] with topic configs (`("retention.ms", "-1")`, …).
+    pub fn create_topic_with(&self, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+        let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        for (k, v) in configs {
+            new = new.set(k, v);
+        }
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let results = futures_executor::block_on(self.admin().create_topics([&new], &options))
+            .unwrap_or_else(|e| panic!("creating topic {topic}: {e}"));
+        for r in results {
+            r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
+        }
+        self.wait_for_leaders(topic, partitions);
+    }
+
+    fn wait_for_leaders(&self, topic: &str, partitions: i32) {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "tansu topic create {topic}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = consumer
+                .fetch_metadata(Some(topic), Duration::from_secs(5))
+                .ok()
+                .and_then(|m| {
+                    let t = m.topics().first()?;
+                    (t.error().is_none()
+                        && t.partitions().len() == partitions as usize
+                        && t.partitions().iter().all(|p| p.leader() >= 0))
+                    .then_some(())
+                })
+                .is_some();
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "topic {topic}: {partitions} partitions without leaders after 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The next offset of each partition of `topic` (its high watermark), from the broker.
+    pub fn end_offsets(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .create()
+            .unwrap();
+        (0..partitions)
+            .map(|p| {
+                consumer
+                    .fetch_watermarks(topic, p, Duration::from_secs(10))
+                    .unwrap_or_else(|e| panic!("watermarks of {topic}-{p}: {e}"))
+                    .1
+            })
+            .collect()
+    }
+
+    /// What `group` has committed for each partition of `topic`: (offset, metadata); offset -1
+    /// where nothing is committed.
+    pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<(i64, String)> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", group)
+            .create()
+            .unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        let got = consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("committed offsets of {group}: {e}"));
+        (0..partitions)
+            .map(|p| {
+                let e = got.find_partition(topic, p).unwrap();
+                let offset = match e.offset() {
+                    rdkafka::Offset::Offset(o) => o,
+                    _ => -1,
+                };
+                (offset, e.metadata().to_owned())
+            })
+            .collect()
     }
 
     pub fn producer(&self, partitioner: &str) -> ThreadedProducer<DefaultProducerContext> {
         Self::producer_for(&self.bootstrap, partitioner)
     }
 
-    /// A producer for the broker at `bootstrap`, for a thread that does not own the `Tansu`.
-    ///
-    /// One record per batch: tansu 0.6 answers a fetch from an offset inside a record batch with
-    /// nothing (seen here: 10 records in one batch, a fetch from offset 5 returns none of 5..9),
-    /// so a host restarting from a commit in the middle of a batch would never read the rest of
-    /// it. Apache Kafka returns the batch and the client skips to the offset.
+    /// A producer for the broker at `bootstrap`, for a thread that does not own the `Kafka`.
+    /// Batches as librdkafka does by default.
     pub fn producer_for(
         bootstrap: &str,
         partitioner: &str,
@@ -138,8 +265,6 @@ impl Tansu {
         ClientConfig::new()
             .set("bootstrap.servers", bootstrap)
             .set("partitioner", partitioner)
-            .set("batch.num.messages", "1")
-            .set("linger.ms", "0")
             .create()
             .unwrap()
     }
@@ -154,7 +279,7 @@ impl Tansu {
         Self::produce_with(producer, records, partition)
     }
 
-    /// [`Tansu::produce`] without the broker at hand.
+    /// [`Kafka::produce`] without the broker at hand.
     pub fn produce_with(
         producer: &ThreadedProducer<DefaultProducerContext>,
         records: &[Record],
@@ -206,7 +331,7 @@ impl Tansu {
     }
 }
 
-impl Drop for Tansu {
+impl Drop for Kafka {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -285,7 +410,7 @@ impl Reader {
         let Some(result) = self.consumer.poll(timeout) else {
             return;
         };
-        let m = result.expect("reading from tansu");
+        let m = result.expect("reading from Kafka");
         let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
         let headers = m
             .headers()

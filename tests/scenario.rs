@@ -1,11 +1,11 @@
-//! The orders/payments left join on tansu, as the broker suites set it up: a fresh broker per test
+//! The orders/payments left join on kafka, as the broker suites set it up: a fresh broker per test
 //! with both topics, host processes in one group, the per-partition ticks that close every window,
 //! and the outcomes read back and tallied.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::broker::{ReadRecord, Tansu};
+use crate::broker::{Kafka, ReadRecord};
 use crate::hosts::{join_config, HostProcess};
 use crate::plugin;
 use crate::stream::{self, Record, Tally};
@@ -29,13 +29,13 @@ pub fn run_dir(test: &str) -> std::path::PathBuf {
     dir
 }
 
-pub fn join_broker(dir: &std::path::Path) -> Tansu {
-    let tansu = Tansu::start(dir);
-    tansu.create_topic("orders", PARTITIONS);
-    tansu.create_topic("payments", PARTITIONS);
-    tansu.create_topic("orders-paid", 1);
-    tansu.create_topic("dlq", 1);
-    tansu
+pub fn join_broker(dir: &std::path::Path) -> Kafka {
+    let kafka = Kafka::start(dir);
+    kafka.create_topic("orders", PARTITIONS);
+    kafka.create_topic("payments", PARTITIONS);
+    kafka.create_topic("orders-paid", 1);
+    kafka.create_topic("dlq", 1);
+    kafka
 }
 
 /// One payment per partition far ahead in event time: stream time passes every window, so the
@@ -71,12 +71,12 @@ pub fn order_outputs(records: &[ReadRecord]) -> Vec<(String, String)> {
 /// `n` hosts of the left join in group `group`, with the Rust order-paid plugin.
 pub fn start_hosts(
     dir: &std::path::Path,
-    tansu: &Tansu,
+    kafka: &Kafka,
     group: &str,
     n: usize,
 ) -> Vec<HostProcess> {
     let config = join_config(
-        &tansu.bootstrap,
+        &kafka.bootstrap,
         group,
         &plugin("order_paid_rust.wasm"),
         "left",
@@ -115,10 +115,10 @@ pub fn assert_co_partitioned(hosts: &[HostProcess]) {
 /// Reads outputs until every expected outcome is there (or 120 s pass), then 3 s more for
 /// stragglers; the tally, which names what is missing if anything is.
 pub fn read_all_outcomes(
-    tansu: &Tansu,
+    kafka: &Kafka,
     expected: &std::collections::BTreeMap<String, &'static str>,
 ) -> Tally {
-    let mut reader = tansu.reader("orders-paid", 1);
+    let mut reader = kafka.reader("orders-paid", 1);
     reader.read_while_not(Duration::from_secs(120), |r| {
         Tally::of(expected, &order_outputs(r)).missing.is_empty()
     });
@@ -128,7 +128,7 @@ pub fn read_all_outcomes(
 
 /// What each host and the dead-letter topic say, for a failure message: the hosts' counters from
 /// `/metrics` and the keys that were dead-lettered (with why).
-pub fn post_mortem(tansu: &Tansu, hosts: &[HostProcess]) -> String {
+pub fn post_mortem(kafka: &Kafka, hosts: &[HostProcess]) -> String {
     let mut out = String::new();
     for h in hosts {
         let url = h.admin_url(Duration::from_secs(1));
@@ -140,7 +140,7 @@ pub fn post_mortem(tansu: &Tansu, hosts: &[HostProcess]) -> String {
             .collect();
         out.push_str(&format!("{}: {}\n", h.name, counters.join(", ")));
     }
-    let mut dlq = tansu.reader("dlq", 1);
+    let mut dlq = kafka.reader("dlq", 1);
     let dead: Vec<String> = dlq
         .read_for(Duration::from_secs(2))
         .iter()

@@ -1,7 +1,9 @@
-//! The join benchmark (`make bench-join`): one generated data set on a tansu broker, then, in each
-//! of BENCH_RUNS rounds, every system in turn:
+//! The join benchmark (`make bench-join`): one generated data set on an Apache Kafka 4.4 broker
+//! (tests/kafka/broker.sh), then, in each of BENCH_RUNS rounds, every system in turn:
 //! - the bare consumer: rdkafka reading both topics and doing nothing (this binary, `--bare`);
 //! - `cojoin run` with the Rust no-op, the Rust order-paid, the Python and the JS plugin;
+//! - Kafka Streams 4.4 (host/benches/peers/kafka-streams), the KStream-KStream join with its
+//!   default RocksDB window stores and with in-memory ones, producing the order-paid output;
 //! - the hand-written Python join (confluent-kafka) and the Quix Streams interval join, from
 //!   host/benches/peers/ — the same inner join.
 //!
@@ -17,8 +19,9 @@
 //! Environment: BENCH_RECORDS (per topic, default 200000), BENCH_BATCH (records per producer batch,
 //! default 10000), BENCH_RUNS (rounds, default 3; the data set is produced once), BENCH_SYSTEMS
 //! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-python,
-//! cojoin-js, python-handwritten, quixstreams), BENCH_WORKERS (cojoin's `plugin.workers`, default
-//! unset: one per core), PYTHON_BENCH (default .venv-bench/bin/python).
+//! cojoin-js, kafka-streams-rocksdb, kafka-streams-memory, python-handwritten, quixstreams),
+//! BENCH_WORKERS (cojoin's `plugin.workers`, default unset: one per core), PYTHON_BENCH (default
+//! .venv-bench/bin/python), BENCH_JAVA_HEAP (Kafka Streams' -Xmx, default 1g).
 
 #[path = "join/summary.rs"]
 mod summary;
@@ -27,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cojoin_e2e::broker::Tansu;
+use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::hosts::logged_admin_url;
 use cojoin_e2e::http::{get, sample};
 use cojoin_e2e::plot::{bar_chart_svg, Bar};
@@ -51,8 +54,7 @@ fn main() {
         return;
     }
     let records: u64 = env_or("BENCH_RECORDS", 200_000);
-    // Records per producer batch. Quix Streams fails on tansu 0.6 when batches are large (seen
-    // here: "Invalid offset … (max offset is …)" after pausing a partition); 1 avoids it.
+    // Records per producer flush in produce.py.
     let batch: u64 = env_or("BENCH_BATCH", 10_000);
     let runs: u64 = env_or("BENCH_RUNS", 3).max(1);
     let python = std::env::var("PYTHON_BENCH")
@@ -66,16 +68,16 @@ fn main() {
     let dir = root().join("target/bench-runs/join");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let tansu = Tansu::start(&dir);
+    let kafka = Kafka::start(&dir);
     for topic in ["left", "right"] {
-        tansu.create_topic(topic, PARTITIONS);
+        kafka.create_topic(topic, PARTITIONS);
     }
-    tansu.create_topic("bench-out", PARTITIONS);
-    tansu.create_topic("bench-dlq", 1);
+    kafka.create_topic("bench-out", PARTITIONS);
+    kafka.create_topic("bench-dlq", 1);
 
     let peers = root().join("host/benches/peers");
     eprintln!("producing {records} records per topic…");
-    let out = peer(&python, &peers, "produce.py", &tansu.bootstrap)
+    let out = peer(&python, &peers, "produce.py", &kafka.bootstrap)
         .args([
             "--records",
             &records.to_string(),
@@ -99,9 +101,9 @@ fn main() {
     let mut by_system: Vec<(String, Vec<Figures>)> = Vec::new();
     // Started before a system runs: records the broker's CPU seconds since then with its figures.
     let broker_since = || {
-        let start = tansu.cpu_seconds();
-        move |mut f: Figures, tansu: &Tansu| {
-            f.broker_cpu_seconds = tansu.cpu_seconds() - start;
+        let start = kafka.cpu_seconds();
+        move |mut f: Figures, kafka: &Kafka| {
+            f.broker_cpu_seconds = kafka.cpu_seconds() - start;
             f
         }
     };
@@ -117,11 +119,11 @@ fn main() {
                 BARE,
                 Command::new(std::env::current_exe().unwrap()).args([
                     "--bare",
-                    &tansu.bootstrap,
+                    &kafka.bootstrap,
                     &total.to_string(),
                 ]),
             );
-            add(since(f, &tansu));
+            add(since(f, &kafka));
         }
         for (name, wasm) in [
             ("cojoin-noop", "noop.wasm"),
@@ -135,12 +137,26 @@ fn main() {
                     name,
                     round,
                     &dir,
-                    &tansu.bootstrap,
+                    &kafka.bootstrap,
                     &plugin(wasm),
                     total,
                     expected,
                 );
-                add(since(f, &tansu));
+                add(since(f, &kafka));
+            }
+        }
+        for (name, store) in [
+            ("kafka-streams-rocksdb", "rocksdb"),
+            ("kafka-streams-memory", "memory"),
+        ] {
+            if run(name) {
+                let mut cmd = kafka_streams(&peers, &kafka.bootstrap, store);
+                cmd.args(["--expect", &total.to_string()])
+                    .args(["--expect-matches", &expected.to_string()])
+                    .args(["--app-id", &format!("bench-{name}-{round}")]);
+                let since = broker_since();
+                let f = timed(name, &mut cmd);
+                add(since(f, &kafka));
             }
         }
         for (name, script) in [
@@ -149,7 +165,7 @@ fn main() {
         ] {
             if run(name) {
                 // The peers join a fresh consumer group each time, so every run reads from the start.
-                let mut cmd = peer(&python, &peers, script, &tansu.bootstrap);
+                let mut cmd = peer(&python, &peers, script, &kafka.bootstrap);
                 cmd.args([
                     "--window-ms",
                     &WINDOW_MS.to_string(),
@@ -159,7 +175,7 @@ fn main() {
                 .args(["--expect", &total.to_string()]);
                 let since = broker_since();
                 let f = timed(name, &mut cmd);
-                add(since(f, &tansu));
+                add(since(f, &kafka));
             }
         }
     }
@@ -190,6 +206,39 @@ fn peer(python: &Path, peers: &Path, script: &str, bootstrap: &str) -> Command {
         "--right",
         "right",
     ]);
+    cmd
+}
+
+/// The Kafka Streams peer (built by `make bench-join`) joining `left` and `right` into
+/// `bench-out` with `store` window stores ("rocksdb" or "memory").
+fn kafka_streams(peers: &Path, bootstrap: &str, store: &str) -> Command {
+    let app = peers.join("kafka-streams/target");
+    assert!(
+        app.join("classes/dev/cojoin/bench/KafkaStreamsJoin.class")
+            .exists(),
+        "the Kafka Streams peer is not built: run `make bench-join` (mvn package in {app:?}/..)"
+    );
+    let heap = std::env::var("BENCH_JAVA_HEAP").unwrap_or_else(|_| "1g".into());
+    let mut cmd = Command::new("java");
+    cmd.arg(format!("-Xmx{heap}"))
+        .arg("-cp")
+        .arg(format!(
+            "{}:{}/*",
+            app.join("classes").display(),
+            app.join("libs").display()
+        ))
+        .arg("dev.cojoin.bench.KafkaStreamsJoin")
+        .args([
+            "--bootstrap",
+            bootstrap,
+            "--left",
+            "left",
+            "--right",
+            "right",
+        ])
+        .args(["--output-topic", "bench-out", "--store", store])
+        .args(["--window-ms", &WINDOW_MS.to_string()])
+        .args(["--grace-ms", &GRACE_MS.to_string()]);
     cmd
 }
 
@@ -458,12 +507,25 @@ fn report(rows: &[Summary], expected: u64, records: u64, runs: u64) {
     println!();
     for (a, b, target) in [
         ("cojoin-rust", BARE, 0.7),
+        ("cojoin-rust", "kafka-streams-rocksdb", 2.0),
+        ("cojoin-rust", "kafka-streams-memory", 2.0),
+        ("cojoin-python", "quixstreams", 5.0),
         ("cojoin-python", "python-handwritten", 20.0),
-        ("cojoin-python", "quixstreams", 3.0),
-        ("cojoin-rust", "quixstreams", 10.0),
     ] {
         if let (Some(x), Some(y)) = (rate(a), rate(b)) {
-            println!("{a} / {b}: {:.2} (target >= {target})", x / y);
+            println!("records/s {a} / {b}: {:.2} (target >= {target})", x / y);
+        }
+    }
+    // Against Kafka Streams also the cost: cojoin-rust's CPU seconds and peak RSS as a fraction
+    // of Kafka Streams' (targets: at most 1/3 and 1/4).
+    let row = |name: &str| rows.iter().find(|s| s.system == name && s.failed.is_none());
+    for ks in ["kafka-streams-rocksdb", "kafka-streams-memory"] {
+        if let (Some(c), Some(k)) = (row("cojoin-rust"), row(ks)) {
+            println!(
+                "CPU seconds cojoin-rust / {ks}: {:.2} (target <= 0.33); peak RSS: {:.2} (target <= 0.25)",
+                c.cpu_seconds / k.cpu_seconds,
+                c.peak_rss_mib / k.peak_rss_mib
+            );
         }
     }
 }

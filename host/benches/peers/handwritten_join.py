@@ -73,7 +73,7 @@ def main():
             "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
-            # tansu: without these the first group join can take ~25 s.
+            # Short group timeouts, as every system of the benchmark runs with.
             "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 500,
         }

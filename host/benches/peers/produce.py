@@ -81,9 +81,8 @@ def main():
     p.add_argument(
         "--batch-size",
         type=int,
-        default=1,
-        help="librdkafka batch.num.messages; 1 (default) because tansu 0.6 returns nothing for a "
-        "fetch that starts inside a record batch (a resume or restart mid-batch would stall)",
+        default=10_000,
+        help="librdkafka batch.num.messages (default 10000)",
     )
     p.add_argument(
         "--unsorted-right",

@@ -88,7 +88,7 @@ def main():
             on_message_processed=on_processed,
             loglevel=a.loglevel,
             consumer_extra_config={
-                # tansu: without these the first group join can take ~25 s.
+                # Short group timeouts, as every system of the benchmark runs with.
                 "session.timeout.ms": 6000,
                 "heartbeat.interval.ms": 500,
             },
@@ -96,8 +96,8 @@ def main():
         topics = [app.topic(t, key_deserializer="bytes", value_deserializer="json") for t in (a.left, a.right)]
         for topic in topics:
             # Quix derives its state store's changelog settings from the topics' "retention.ms" and
-            # fails with KeyError when the broker does not report it: tansu 0.6 describes only the
-            # configs a topic was created with. Assume unlimited retention then.
+            # fails with KeyError when the broker does not report it (some Kafka-compatible brokers
+            # describe only the configs a topic was created with). Assume unlimited retention then.
             extra = topic.broker_config.extra_config
             if "retention.ms" not in extra:
                 print(f'quix_join: the broker reports no retention.ms for "{topic.name}", assuming -1', file=sys.stderr)

@@ -1,11 +1,11 @@
-//! Operating a running host on tansu: `/metrics` moving as records flow, plugin swaps under load by
+//! Operating a running host on Apache Kafka: `/metrics` moving as records flow, plugin swaps under load by
 //! file drop and by `PUT /plugins` (a broken upload refused), and a graceful shutdown that hands
 //! the tasks to the other host without waiting for a session timeout.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cojoin_e2e::broker::Tansu;
+use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::hosts::{join_config, wait_for_stable_group, HostProcess};
 use cojoin_e2e::http::{get, request, sample};
 use cojoin_e2e::scenario::{
@@ -34,11 +34,11 @@ fn value(page: &str, name: &str) -> f64 {
     sample(page, name).unwrap_or_else(|| panic!("no sample {name} in:\n{page}"))
 }
 
-fn produce_and_close_windows(tansu: &Tansu, orders: std::ops::Range<u32>) {
-    let producer = tansu.producer("murmur2_random");
-    tansu.produce(&producer, &stream::orders(orders.start, orders.end), None);
+fn produce_and_close_windows(kafka: &Kafka, orders: std::ops::Range<u32>) {
+    let producer = kafka.producer("murmur2_random");
+    kafka.produce(&producer, &stream::orders(orders.start, orders.end), None);
     for (tick, p) in ticks() {
-        tansu.produce(&producer, &[tick], Some(p));
+        kafka.produce(&producer, &[tick], Some(p));
     }
 }
 
@@ -46,8 +46,8 @@ fn produce_and_close_windows(tansu: &Tansu, orders: std::ops::Range<u32>) {
 fn metrics_move_as_records_flow_and_health_answers() {
     let _serial = serial();
     let dir = run_dir("metrics_move_as_records_flow_and_health_answers");
-    let tansu = join_broker(&dir);
-    let hosts = start_hosts(&dir, &tansu, "metrics", 1);
+    let kafka = join_broker(&dir);
+    let hosts = start_hosts(&dir, &kafka, "metrics", 1);
     let url = hosts[0].admin_url(Duration::from_secs(30));
     assert_eq!(get(&format!("{url}/healthz")).status, 200);
     wait_for_stable_group(&[&hosts[0]], PARTITIONS, Duration::from_secs(60));
@@ -57,7 +57,7 @@ fn metrics_move_as_records_flow_and_health_answers() {
     assert_eq!(value(&before, "cojoin_matches_total"), 0.0);
     assert_eq!(get(&format!("{url}/readyz")).status, 200);
 
-    produce_and_close_windows(&tansu, 0..200);
+    produce_and_close_windows(&kafka, 0..200);
     // 200 orders, 150 payments, 6 ticks; 150 matches; 50 unpaid orders expire.
     let page = metrics_until(
         &url,
@@ -112,8 +112,8 @@ fn drop_file(source: &Path, target: &Path) {
 }
 
 /// The plugin that produced each output, in order ("rust", "python").
-fn producers(tansu_reader: &cojoin_e2e::broker::Reader) -> Vec<String> {
-    tansu_reader
+fn producers(reader: &cojoin_e2e::broker::Reader) -> Vec<String> {
+    reader
         .records
         .iter()
         .map(|r| {
@@ -128,10 +128,10 @@ fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_ca
     let _serial = serial();
     let dir =
         run_dir("plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_call");
-    let tansu = join_broker(&dir);
+    let kafka = join_broker(&dir);
     let live = dir.join("plugin.wasm");
     std::fs::copy(plugin("order_paid_rust.wasm"), &live).unwrap();
-    let config = join_config(&tansu.bootstrap, "swaps", &live, "left");
+    let config = join_config(&kafka.bootstrap, "swaps", &live, "left");
     let hosts = start_hosts_with(&dir, 2, &config);
     let refs: Vec<&HostProcess> = hosts.iter().collect();
     wait_for_stable_group(&refs, PARTITIONS, Duration::from_secs(90));
@@ -150,19 +150,19 @@ fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_ca
     // Continuous load on a thread while the plugin changes: 20 orders every 200 ms until stopped.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let loader = {
-        let (bootstrap, stop) = (tansu.bootstrap.clone(), stop.clone());
+        let (bootstrap, stop) = (kafka.bootstrap.clone(), stop.clone());
         std::thread::spawn(move || {
-            let producer = Tansu::producer_for(&bootstrap, "murmur2_random");
+            let producer = Kafka::producer_for(&bootstrap, "murmur2_random");
             let mut from = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                Tansu::produce_with(&producer, &stream::orders(from, from + 20), None);
+                Kafka::produce_with(&producer, &stream::orders(from, from + 20), None);
                 from += 20;
                 std::thread::sleep(Duration::from_millis(200));
             }
             from
         })
     };
-    let mut outputs = tansu.reader("orders-paid", 1);
+    let mut outputs = kafka.reader("orders-paid", 1);
     outputs.read_until("first rust outputs", Duration::from_secs(60), |r| {
         r.len() >= 50
     });
@@ -207,11 +207,11 @@ fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_ca
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let orders = loader.join().unwrap();
     for (tick, p) in ticks() {
-        tansu.produce(&tansu.producer("murmur2_random"), &[tick], Some(p));
+        kafka.produce(&kafka.producer("murmur2_random"), &[tick], Some(p));
     }
 
-    let tally = read_all_outcomes(&tansu, &stream::expected(orders));
-    let mut all = tansu.reader("orders-paid", 1);
+    let tally = read_all_outcomes(&kafka, &stream::expected(orders));
+    let mut all = kafka.reader("orders-paid", 1);
     all.read_until("every output", Duration::from_secs(30), |r| {
         r.len() >= tally.outputs
     });
@@ -262,10 +262,10 @@ fn a_terminated_host_commits_and_leaves_and_the_other_takes_over_without_a_sessi
     let dir = run_dir(
         "a_terminated_host_commits_and_leaves_and_the_other_takes_over_without_a_session_timeout",
     );
-    let tansu = join_broker(&dir);
+    let kafka = join_broker(&dir);
     // A session timeout far longer than the takeover may take: only a LeaveGroup explains a quick one.
     let config = join_config(
-        &tansu.bootstrap,
+        &kafka.bootstrap,
         "leave",
         &plugin("order_paid_rust.wasm"),
         "left",
@@ -281,9 +281,9 @@ fn a_terminated_host_commits_and_leaves_and_the_other_takes_over_without_a_sessi
     let mut hosts = start_hosts_with(&dir, 2, &config);
     let refs: Vec<&HostProcess> = hosts.iter().collect();
     wait_for_stable_group(&refs, PARTITIONS, Duration::from_secs(90));
-    let producer = tansu.producer("murmur2_random");
-    tansu.produce(&producer, &stream::orders(0, 300), None);
-    let mut outputs = tansu.reader("orders-paid", 1);
+    let producer = kafka.producer("murmur2_random");
+    kafka.produce(&producer, &stream::orders(0, 300), None);
+    let mut outputs = kafka.reader("orders-paid", 1);
     outputs.read_until("first outputs", Duration::from_secs(60), |r| r.len() >= 100);
 
     let t = Instant::now();
@@ -310,11 +310,16 @@ fn a_terminated_host_commits_and_leaves_and_the_other_takes_over_without_a_sessi
         "took over in {takeover:?}, near the 45 s session timeout"
     );
 
-    produce_and_close_windows(&tansu, 300..600);
-    let tally = read_all_outcomes(&tansu, &stream::expected(600));
+    produce_and_close_windows(&kafka, 300..600);
+    let tally = read_all_outcomes(&kafka, &stream::expected(600));
     eprintln!(
         "after the handover: matches {}, expiries {}, duplicates {}",
         tally.matches, tally.expiries, tally.duplicates
     );
     assert!(tally.complete(), "{tally:?}");
+    // A handover commits what was processed before leaving: the new owner repeats nothing.
+    assert_eq!(
+        tally.duplicates, 0,
+        "a graceful handover repeated outcomes: {tally:?}"
+    );
 }
