@@ -7,7 +7,7 @@
 # <log-dir> is wiped and formatted afresh; clients connect to 127.0.0.1:<port>. The jars come from
 # `make kafka-libs` (tests/kafka/pom.xml, Kafka 4.4.0). Settings are for one machine's tests:
 # replication factor 1 for internal topics, no initial rebalance delay, topics only when created,
-# a capped heap (KAFKA_HEAP, default 512m). Extra `key=value` settings: KAFKA_SETTINGS, one per line.
+# no retention limit, a capped heap (KAFKA_HEAP, default 512m). Extra `key=value` settings: KAFKA_SETTINGS, one per line.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 libs="${KAFKA_LIBS:-$here/target/kafka-libs}"
@@ -41,6 +41,9 @@ listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$dir/data
 num.partitions=1
+# Keep every record: the tests and benchmarks stamp records days or years in the past, which the
+# default 7-day retention would delete at its first check (after 5 minutes).
+log.retention.ms=-1
 auto.create.topics.enable=false
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=6

@@ -39,7 +39,9 @@ import org.apache.kafka.streams.state.Stores;
 public final class KafkaStreamsJoin {
     public static void main(String[] argv) throws Exception {
         // Before any Kafka class logs: slf4j-simple's default, INFO, floods stderr at every start.
-        System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+        if (System.getProperty("org.slf4j.simpleLogger.defaultLogLevel") == null) {
+            System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+        }
         Map<String, String> a = parse(argv);
         String bootstrap = a.getOrDefault("bootstrap", "127.0.0.1:9092");
         String left = a.get("left"), right = a.get("right"), out = a.get("output-topic");
@@ -104,8 +106,9 @@ public final class KafkaStreamsJoin {
                 lastProgress = System.nanoTime();
             }
             boolean done = c >= expect && m >= expectMatches;
-            boolean idle = firstNanos.get() != 0
-                    && (System.nanoTime() - lastProgress) / 1e9 > idleSecs;
+            // Before the first record, allow for the group join and the state stores' set-up.
+            double allowed = firstNanos.get() == 0 ? Math.max(idleSecs, 120) : idleSecs;
+            boolean idle = (System.nanoTime() - lastProgress) / 1e9 > allowed;
             if (done || idle || streams.state() == KafkaStreams.State.ERROR) {
                 break;
             }
