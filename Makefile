@@ -6,7 +6,8 @@
 #   make bench-join  the join on Apache Kafka against the bare consumer, Kafka Streams and the Python
 #                peers (a table, ratios, a chart)
 #   make plugins build every plugin component into build/plugins/
-#   make kafka   run a single-node Apache Kafka broker on 127.0.0.1:9092 (the README walk-through)
+#   make kafka   start a single-node Apache Kafka broker on 127.0.0.1:9092 (the README walk-through);
+#                make kafka-stop stops it
 #   make soak    the checks at scale that stay out of CI: repeated kill -9 rounds
 
 SHELL := /bin/bash
@@ -23,7 +24,7 @@ HOST := target/release/cojoin
 KAFKA_LIBS := tests/kafka/target/kafka-libs
 KAFKA_PORT ?= 9092
 
-.PHONY: all demo test bench bench-matcher bench-join plugins setup wasm-target host rust-plugins kafka kafka-libs soak
+.PHONY: all demo test bench bench-matcher bench-join plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak
 all: plugins host
 
 # --- toolchains ---------------------------------------------------------------------------------
@@ -54,9 +55,20 @@ $(KAFKA_LIBS)/.installed: tests/kafka/pom.xml
 
 kafka-libs: $(KAFKA_LIBS)/.installed
 
-# A broker for the README walk-through, in the foreground (Ctrl-C stops it); data in target/kafka/.
+# A broker for the README walk-through, in the background; returns once it serves (or says why
+# not). Data in target/kafka/ (wiped at each start), log in target/kafka.log; `make kafka-stop`.
 kafka: kafka-libs
-	tests/kafka/broker.sh $(CURDIR)/target/kafka $(KAFKA_PORT)
+	@mkdir -p target
+	@tests/kafka/broker.sh $(CURDIR)/target/kafka $(KAFKA_PORT) > target/kafka.log 2>&1 & echo $$! > target/kafka.pid
+	@for i in $$(seq 1 90); do \
+	  if grep -q 'Kafka Server started' target/kafka.log; then \
+	    echo "Kafka 4.4.0 serving on 127.0.0.1:$(KAFKA_PORT) (pid $$(cat target/kafka.pid), log target/kafka.log); make kafka-stop stops it"; exit 0; fi; \
+	  if ! kill -0 $$(cat target/kafka.pid) 2>/dev/null; then echo "Kafka did not start:"; tail -20 target/kafka.log; exit 1; fi; \
+	  sleep 1; done; echo "Kafka not serving after 90 s; see target/kafka.log"; exit 1
+
+kafka-stop:
+	@if [ -f target/kafka.pid ] && kill $$(cat target/kafka.pid) 2>/dev/null; then echo "Kafka stopped"; else echo "no Kafka started by make kafka is running"; fi
+	@rm -f target/kafka.pid
 
 setup: wasm-target $(COMPONENTIZE_PY) $(COMPONENTIZE_JS) kafka-libs
 

@@ -7,7 +7,8 @@
 # <log-dir> is wiped and formatted afresh; clients connect to 127.0.0.1:<port>. The jars come from
 # `make kafka-libs` (tests/kafka/pom.xml, Kafka 4.4.0). Settings are for one machine's tests:
 # replication factor 1 for internal topics, no initial rebalance delay, topics only when created,
-# no retention limit, a capped heap (KAFKA_HEAP, default 512m). Extra `key=value` settings: KAFKA_SETTINGS, one per line.
+# no retention limit, a capped heap (KAFKA_HEAP, default 512m). Extra `key=value` settings:
+# KAFKA_SETTINGS, one per line. `make kafka` runs it in the background for the README.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 libs="${KAFKA_LIBS:-$here/target/kafka-libs}"
@@ -62,7 +63,8 @@ PROPS
 
 cp=("-cp" "$libs/*")
 cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
-java "${cp[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$dir/server.properties" \
+# --cluster-id=…: an id may start with "-", which the option parser would take for an option.
+java "${cp[@]}" kafka.tools.StorageTool format --cluster-id="$cluster_id" --config "$dir/server.properties" \
   > "$dir/format.log" 2>&1 || { cat "$dir/format.log" >&2; fail "formatting $dir failed"; }
 exec java -Xms128m -Xmx"${KAFKA_HEAP:-512m}" -XX:+UseG1GC -Djava.awt.headless=true \
   -Dlog4j2.configurationFile="$here/log4j2.properties" "${cp[@]}" kafka.Kafka "$dir/server.properties"
