@@ -247,6 +247,9 @@ impl PluginConfig {
 fn default_deadline() -> Duration {
     Duration::from_millis(500)
 }
+/// The most memory a plugin instance may be given: wasm32 addresses 4 GiB.
+pub const MAX_MEMORY_MIB: usize = 4096;
+
 fn default_memory_mib() -> usize {
     256
 }
@@ -343,6 +346,18 @@ impl Config {
                 "give a cap in MiB, e.g. 256",
             );
         }
+        if self.plugin.memory_mib > MAX_MEMORY_MIB {
+            // Checked before it becomes bytes: a larger number shifted into bytes wrapped around
+            // to a tiny cap (17592186044417 MiB became 1 MiB) and was accepted.
+            return invalid(
+                "plugin.memory_mib",
+                &format!(
+                    "is {} MiB, more than a 32-bit Wasm memory can address ({MAX_MEMORY_MIB} MiB)",
+                    self.plugin.memory_mib
+                ),
+                "give a cap in MiB up to 4096, e.g. 256",
+            );
+        }
         if self.plugin.workers == Some(0) {
             return invalid(
                 "plugin.workers",
@@ -372,11 +387,13 @@ impl Config {
                     "give ip:port, e.g. \"127.0.0.1:9464\" (port 0 picks a free one)",
                 );
             };
-            if !addr.ip().is_loopback() && self.admin.token.is_none() {
+            let token = self.admin.token.as_deref().map(str::trim);
+            if !addr.ip().is_loopback() && token.is_none_or(str::is_empty) {
+                // An empty token would let any request with `Authorization: Bearer ` through.
                 return invalid(
                     "admin.token",
-                    "is missing but admin.bind is not a loopback address (anyone who reaches it could swap the plugin)",
-                    "set admin.token, or bind to 127.0.0.1",
+                    "is missing or empty but admin.bind is not a loopback address (anyone who reaches it could swap the plugin)",
+                    "set admin.token to a secret, or bind to 127.0.0.1",
                 );
             }
         }
@@ -493,6 +510,15 @@ mod tests {
             "{err}"
         );
         Config::parse(&format!("{open}token = \"s3cret\"\n")).unwrap();
+        for empty in ["", "  "] {
+            let err = Config::parse(&format!("{open}token = \"{empty}\"\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("admin.token") && err.contains("empty"),
+                "{err}"
+            );
+        }
         let bad = format!("{MINIMAL}\n[admin]\nbind = \"localhost\"\n");
         let err = Config::parse(&bad).unwrap_err().to_string();
         assert!(
@@ -514,6 +540,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("5 minutes") && err.contains("30s"), "{err}");
+    }
+
+    #[test]
+    fn a_memory_cap_past_what_wasm32_addresses_is_refused_not_wrapped() {
+        let with = |mib: &str| {
+            MINIMAL.replace(
+                "path = \"p.wasm\"",
+                &format!("path = \"p.wasm\"\nmemory_mib = {mib}"),
+            )
+        };
+        let err = Config::parse(&with("17592186044417"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("plugin.memory_mib") && err.contains("4096"),
+            "{err}"
+        );
+        assert_eq!(
+            Config::parse(&with("4096")).unwrap().plugin.memory_mib,
+            4096
+        );
     }
 
     #[test]

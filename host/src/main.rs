@@ -140,9 +140,9 @@ struct LimitArgs {
     /// Per-call deadline in milliseconds.
     #[arg(long, default_value_t = 500)]
     deadline_ms: u64,
-    /// Memory cap of the instance in MiB.
-    #[arg(long, default_value_t = 256)]
-    memory_mib: usize,
+    /// Memory cap of the instance in MiB (1 to 4096: what a 32-bit Wasm memory addresses).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    memory_mib: u64,
     /// Fuel per call (turns fuel metering on).
     #[arg(long)]
     fuel: Option<u64>,
@@ -233,7 +233,7 @@ fn plugin_call(args: CallArgs) -> Result<ExitCode> {
     }
     let limits = PluginLimits {
         deadline: Duration::from_millis(args.limits.deadline_ms),
-        memory_bytes: args.limits.memory_mib << 20,
+        memory_bytes: (args.limits.memory_mib as usize) << 20,
         fuel: args.limits.fuel,
         ..PluginLimits::default()
     };
