@@ -164,6 +164,9 @@ pub fn route(
     body: impl FnOnce() -> Result<Vec<u8>, String>,
 ) -> Reply {
     if path == "/healthz" {
+        if method != "GET" && method != "HEAD" {
+            return text(405, format!("{method} is not allowed on {path}: use GET\n"));
+        }
         let age = now_ms().saturating_sub(state.heartbeat_ms.load(Ordering::Relaxed));
         return if age <= STALL.as_millis() as u64 {
             text(200, "ok\n")

@@ -50,6 +50,10 @@ fn metrics_move_as_records_flow_and_health_answers() {
     let hosts = start_hosts(&dir, &kafka, "metrics", 1);
     let url = hosts[0].admin_url(Duration::from_secs(30));
     assert_eq!(get(&format!("{url}/healthz")).status, 200);
+    for method in ["POST", "DELETE", "PUT"] {
+        let reply = request(method, &format!("{url}/healthz"), b"");
+        assert_eq!(reply.status, 405, "{method} /healthz: {}", reply.body);
+    }
     wait_for_stable_group(&[&hosts[0]], PARTITIONS, Duration::from_secs(60));
     let before = metrics_until(&url, Duration::from_secs(10), "6 tasks", |p| {
         sample(p, "cojoin_assigned_tasks") == Some(6.0)

@@ -268,9 +268,18 @@ fn inputs_of_a_trapping_plugin_land_in_the_dead_letter_topic_and_the_rest_is_pro
     );
     let kafka = join_broker(&dir);
     // The misbehave fixture panics (a trap) on keys starting with "panic", answers "ok <key>" else.
-    let config = join_config(&kafka.bootstrap, "dlq", &plugin("misbehave.wasm"), "inner");
+    // Also: more workers than the 6 tasks start only 6 instances, and the host says so.
+    let config = join_config(&kafka.bootstrap, "dlq", &plugin("misbehave.wasm"), "inner")
+        .replace("retries = 1", "retries = 1\nworkers = 50");
     let host = HostProcess::start(&dir, "host", &config);
     wait_for_stable_group(&[&host], PARTITIONS, Duration::from_secs(60));
+    assert!(
+        host.log_text().contains(
+            "plugin.workers is 50 but the join has 6 partitions (tasks): starting 6 workers"
+        ),
+        "{}",
+        host.log_text()
+    );
 
     let mut records = Vec::new();
     for i in 0..60 {

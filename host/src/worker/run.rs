@@ -254,7 +254,17 @@ impl Host {
         let topic_names: [Arc<str>; 2] = [left.into(), right.into()];
         let policy = task_policy(cfg);
         // One plugin instance per worker thread; tasks are dealt to them each round (task/pool.rs).
-        let mut workers = (0..cfg.plugin.workers())
+        // More instances than tasks would never run a call (a task keeps its worker), and each
+        // costs a plugin instance's memory: `workers = 300` on 6 partitions started 300.
+        let worker_count = cfg.plugin.workers().min(counts[0].max(1) as usize);
+        if worker_count < cfg.plugin.workers() {
+            tracing::warn!(
+                "plugin.workers is {} but the join has {} partitions (tasks): starting {worker_count} workers",
+                cfg.plugin.workers(),
+                counts[0]
+            );
+        }
+        let mut workers = (0..worker_count)
             .map(|_| Ok(MeteredWorker::new(self.registry.worker()?)))
             .collect::<Result<Vec<_>>>()?;
         let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();
