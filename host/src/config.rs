@@ -36,10 +36,11 @@ use crate::join::JoinKind;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    #[error("cannot read config file {path:?}: {source}")]
+    // The cause is in the message, not an error `source` (which `{:#}` would print again).
+    #[error("cannot read config file {path:?}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("config file {path:?}: {message}")]
     Parse { path: PathBuf, message: String },
@@ -272,9 +273,9 @@ pub struct OutputConfig {
 
 impl Config {
     pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Self::parse(&text).map_err(|e| match e {
             ConfigError::Parse { message, .. } => ConfigError::Parse {

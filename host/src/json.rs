@@ -16,13 +16,13 @@ use crate::event::{Event, Header, OutputRecord};
 #[derive(Debug, thiserror::Error)]
 pub enum EventJsonError {
     #[error("not a valid event: {0} (expected fields: topic, partition, offset, timestamp, key, value, headers)")]
-    Shape(#[from] serde_json::Error),
+    Shape(serde_json::Error),
     #[error("the event has no key: give \"key\" (text) or \"key_base64\" — records without a key cannot join")]
     MissingKey,
-    #[error("field {field:?} is not valid base64: {source}")]
+    #[error("field {field:?} is not valid base64: {error}")]
     Base64 {
         field: &'static str,
-        source: base64::DecodeError,
+        error: base64::DecodeError,
     },
 }
 
@@ -49,12 +49,12 @@ struct EventJson {
 fn decode(field: &'static str, text: &str) -> Result<Vec<u8>, EventJsonError> {
     BASE64
         .decode(text)
-        .map_err(|source| EventJsonError::Base64 { field, source })
+        .map_err(|error| EventJsonError::Base64 { field, error })
 }
 
 /// Parses one event from its JSON form.
 pub fn event_from_json(text: &str) -> Result<Event, EventJsonError> {
-    let raw: EventJson = serde_json::from_str(text)?;
+    let raw: EventJson = serde_json::from_str(text).map_err(EventJsonError::Shape)?;
     let key = match (raw.key, raw.key_base64) {
         (_, Some(b64)) => decode("key_base64", &b64)?,
         (Some(text), None) => text.into_bytes(),

@@ -161,4 +161,12 @@ fn bad_inputs_exit_2_naming_the_input() {
         "{}",
         stderr(&out)
     );
+
+    // A missing file is named, and its cause said once (it was "…: X: X").
+    let missing = dir.path().join("missing.wasm");
+    let out = cojoin(&["plugin", "call", missing.to_str().unwrap(), "--a", &e]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("missing.wasm"), "{err}");
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }

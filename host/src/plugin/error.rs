@@ -74,10 +74,12 @@ impl CallError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LoadError {
-    #[error("cannot read plugin file {path:?}: {source}")]
+    // The cause is part of the message, not an error `source`: printed through anyhow's `{:#}`
+    // chain it would appear twice ("…: No such file or directory: No such file or directory").
+    #[error("cannot read plugin file {path:?}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(
         "plugin {plugin} is not a valid WebAssembly component: {message}\n\
@@ -90,12 +92,8 @@ pub enum LoadError {
          hint: it must export init, on-match and on-expire and import nothing but cojoin:plugin/host and WASI p2"
     )]
     WrongWorld { plugin: String, message: String },
-    #[error("plugin {plugin} failed to start: {source}")]
-    Start {
-        plugin: String,
-        #[source]
-        source: CallError,
-    },
+    #[error("plugin {plugin} failed to start: {error}")]
+    Start { plugin: String, error: CallError },
     #[error("plugin {plugin}: init rejected its configuration: {message}")]
     Init { plugin: String, message: String },
     #[error("cannot set up the plugin engine: {0}")]

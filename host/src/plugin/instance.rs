@@ -106,7 +106,7 @@ impl PluginVersion {
         }
         let started = |e: wasmtime::Error| LoadError::Start {
             plugin: self.label.to_string(),
-            source: classify(&self.label, e),
+            error: classify(&self.label, e),
         };
         let bindings = self.pre.instantiate(&mut store).map_err(started)?;
         match bindings.call_init(&mut store, &self.config) {

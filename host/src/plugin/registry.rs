@@ -158,9 +158,9 @@ impl PluginRegistry {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
-    std::fs::read(path).map_err(|source| LoadError::Read {
+    std::fs::read(path).map_err(|error| LoadError::Read {
         path: path.to_owned(),
-        source,
+        error,
     })
 }
 
