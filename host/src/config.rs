@@ -162,6 +162,11 @@ pub struct JoinConfig {
     /// (Kafka Streams' `max.task.idle.ms`). Default: `"100ms"`.
     #[serde(default = "default_max_idle", with = "duration")]
     pub max_idle: Duration,
+    /// How far ahead of the host's clock a record's timestamp may be (Kafka's
+    /// `message.timestamp.after.max.ms`); later records are dead-lettered as `future-timestamp`
+    /// and do not move stream time. Default: `"1h"`.
+    #[serde(default = "default_max_future", with = "duration")]
+    pub max_future: Duration,
     /// Records older than stream time − window − grace. Default: `dead-letter`.
     #[serde(default = "dead_letter")]
     pub late: RecordPolicy,
@@ -181,6 +186,10 @@ pub enum TombstonePolicy {
     Join,
     Drop,
     DeadLetter,
+}
+
+fn default_max_future() -> Duration {
+    Duration::from_secs(3600)
 }
 
 fn default_max_idle() -> Duration {
@@ -490,6 +499,7 @@ mod tests {
         assert_eq!(c.join.kind, Kind::Inner);
         assert_eq!(c.join.grace, Duration::ZERO);
         assert_eq!(c.join.max_idle, Duration::from_millis(100));
+        assert_eq!(c.join.max_future, Duration::from_secs(3600));
         assert_eq!(c.join.late, RecordPolicy::DeadLetter);
         assert_eq!(c.plugin.deadline, Duration::from_millis(500));
         assert_eq!(c.plugin.memory_mib, 256);

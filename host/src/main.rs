@@ -465,6 +465,7 @@ fn plugin_test(args: TestArgs) -> Result<ExitCode> {
             Emit::DeadLetter(d) => {
                 let (reason, error) = match &d.reason {
                     DeadLetterReason::Late => ("late", None),
+                    DeadLetterReason::FutureTimestamp => ("future-timestamp", None),
                     DeadLetterReason::NullKey => ("null-key", None),
                     DeadLetterReason::Tombstone => ("tombstone", None),
                     DeadLetterReason::Failed {
@@ -489,8 +490,8 @@ fn plugin_test(args: TestArgs) -> Result<ExitCode> {
     }
     let c = &result.counters;
     eprintln!(
-        "records {}, matches {}, expiries {}, late {}, null keys {}, tombstones {}, failed calls {}, dead-lettered {}",
-        c.records, c.matches, c.expiries, c.late, c.null_keys, c.tombstones, c.failed_calls, c.dead_lettered
+        "records {}, matches {}, expiries {}, late {}, future timestamps {}, null keys {}, tombstones {}, failed calls {}, dead-lettered {}",
+        c.records, c.matches, c.expiries, c.late, c.future_timestamps, c.null_keys, c.tombstones, c.failed_calls, c.dead_lettered
     );
     for reason in &result.halted {
         eprintln!("{reason}");

@@ -160,6 +160,11 @@ pub fn render(s: &Snapshot) -> String {
             c.late,
         ),
         (
+            "cojoin_future_timestamp_records_total",
+            "Records stamped further ahead of the host's clock than join.max_future.",
+            c.future_timestamps,
+        ),
+        (
             "cojoin_null_key_records_total",
             "Records without a key.",
             c.null_keys,

@@ -294,7 +294,7 @@ fn stream_producer(bootstrap: &str) -> Result<BaseProducer> {
 }
 
 /// Produces `planned` as it would arrive, event time running `speed` times faster than the wall
-/// clock and starting now, until done or `stop`; `sent(key)` after each record. Returns how many
+/// clock and ending now, until done or `stop`; `sent(key)` after each record. Returns how many
 /// records were produced (all acknowledged).
 pub fn produce_stream(
     producer: &BaseProducer,
@@ -303,7 +303,11 @@ pub fn produce_stream(
     stop: &AtomicBool,
     mut sent: impl FnMut(&str),
 ) -> Result<usize> {
-    let base_ts = crate::admin::now_ms() as i64;
+    // Event time runs faster than the clock: started at now, it would run hours ahead of it in a
+    // long stream, past any host's join.max_future. Starting it one stream's span in the past
+    // keeps every timestamp at or before the wall clock.
+    let span = planned.iter().map(|p| p.timestamp).max().unwrap_or(0);
+    let base_ts = crate::admin::now_ms() as i64 - span;
     let start = Instant::now();
     let mut count = 0;
     for p in planned {

@@ -51,6 +51,9 @@ pub struct TaskPolicy {
     pub window: JoinWindow,
     pub kind: JoinKind,
     pub max_idle_ms: i64,
+    /// How far past the wall clock a record's timestamp may be; later ones are rejected and do
+    /// not move stream time (`join.max_future`).
+    pub max_future_ms: i64,
     pub late: RecordPolicy,
     pub null_keys: RecordPolicy,
     pub tombstones: TombstonePolicy,
@@ -63,6 +66,8 @@ pub struct TaskPolicy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeadLetterReason {
     Late,
+    /// Stamped further ahead of the wall clock than `join.max_future`.
+    FutureTimestamp,
     NullKey,
     Tombstone,
     /// The action failed on every attempt.
@@ -101,6 +106,8 @@ pub struct TaskCounters {
     pub matches: u64,
     pub expiries: u64,
     pub late: u64,
+    /// Records stamped too far ahead of the wall clock (`join.max_future`).
+    pub future_timestamps: u64,
     pub null_keys: u64,
     pub tombstones: u64,
     pub failed_calls: u64,
@@ -116,6 +123,7 @@ impl TaskCounters {
         self.matches += other.matches;
         self.expiries += other.expiries;
         self.late += other.late;
+        self.future_timestamps += other.future_timestamps;
         self.null_keys += other.null_keys;
         self.tombstones += other.tombstones;
         self.failed_calls += other.failed_calls;
@@ -142,6 +150,8 @@ pub struct PartitionTask {
     /// The points last handed out for commit; a halted task keeps committing these, since the
     /// record it halted on may have changed the state without its outcome being acted on.
     last_points: [CommitPoint; 2],
+    /// The wall clock (Unix ms) the host last gave: the base of `max_future_ms`.
+    wall_clock_ms: i64,
     pub counters: TaskCounters,
 }
 
@@ -176,6 +186,8 @@ impl PartitionTask {
             pending_from: [None, None],
             halted: None,
             last_points: start,
+            // Until the host says what time it is, no timestamp is too far ahead.
+            wall_clock_ms: i64::MAX,
             counters: TaskCounters::default(),
         }
     }
@@ -202,6 +214,11 @@ impl PartitionTask {
     pub fn set_end_offset_floors(&mut self, floor: [i64; 2]) {
         self.queue.set_end_offset_floor(Side::Left, floor[0]);
         self.queue.set_end_offset_floor(Side::Right, floor[1]);
+    }
+
+    /// The wall clock now (Unix ms), against which `max_future_ms` is measured.
+    pub fn set_wall_clock(&mut self, unix_ms: i64) {
+        self.wall_clock_ms = unix_ms;
     }
 
     /// `Some(reason)` once the task stopped on a failure under the `halt` policy.
@@ -247,6 +264,19 @@ impl PartitionTask {
                         &mut batch,
                         self.policy.null_keys,
                         DeadLetterReason::NullKey,
+                        event,
+                    );
+                }
+            } else if event.timestamp > self.wall_clock_ms.saturating_add(self.policy.max_future_ms)
+            {
+                // A record from the far future would move stream time past every window: all
+                // that follows would be late, across restarts. It is kept out of the join.
+                self.counters.future_timestamps += 1;
+                if !replay {
+                    self.reject(
+                        &mut batch,
+                        RecordPolicy::DeadLetter,
+                        DeadLetterReason::FutureTimestamp,
                         event,
                     );
                 }

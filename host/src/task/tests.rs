@@ -65,6 +65,7 @@ fn policy() -> TaskPolicy {
         },
         kind: JoinKind::Left,
         max_idle_ms: 0,
+        max_future_ms: 3_600_000,
         late: RecordPolicy::DeadLetter,
         null_keys: RecordPolicy::DeadLetter,
         tombstones: TombstonePolicy::Drop,
@@ -265,4 +266,39 @@ fn a_new_owner_rebuilds_state_from_replay_without_acting_twice() {
     );
     assert_eq!(values(&batch), ["out paid"]);
     assert_eq!(second.counters.suppressed, 1);
+}
+
+#[test]
+fn a_record_from_the_far_future_is_dead_lettered_and_does_not_move_stream_time() {
+    let mut task = PartitionTask::new(0, policy(), FRESH);
+    let mut plugin = FakePlugin::default();
+    let wall = 1_000_000;
+    task.set_wall_clock(wall);
+    // Year-3000-like: far past the wall clock + max_future (1 h).
+    task.push(Side::Left, ev(Side::Left, 0, "far", wall + 4_000_000), true);
+    let batch = task.run(0, &mut plugin, &mut |_| {});
+    assert_eq!(values(&batch), ["dlq FutureTimestamp [0]"]);
+    assert_eq!(task.counters.future_timestamps, 1);
+    assert_eq!(task.counters.dead_lettered, 1);
+    task.acknowledge(batch);
+    // Records near the wall clock still join: stream time was not moved past their window.
+    task.push(Side::Left, ev(Side::Left, 1, "o1", wall), true);
+    task.push(Side::Right, ev(Side::Right, 0, "o1", wall + 5), true);
+    let batch = task.run(0, &mut plugin, &mut |_| {});
+    assert_eq!(values(&batch), ["out paid"]);
+    assert_eq!(task.counters.late, 0);
+    // Within max_future is no problem.
+    task.acknowledge(batch);
+    task.push(
+        Side::Left,
+        ev(Side::Left, 2, "soon", wall + 3_000_000),
+        true,
+    );
+    let batch = task.run(0, &mut plugin, &mut |_| {});
+    assert!(
+        !values(&batch).iter().any(|v| v.contains("FutureTimestamp")),
+        "{:?}",
+        values(&batch)
+    );
+    assert_eq!(task.counters.future_timestamps, 1);
 }

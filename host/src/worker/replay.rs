@@ -18,6 +18,7 @@ pub fn task_policy(config: &Config) -> TaskPolicy {
         },
         kind: config.join.kind.into(),
         max_idle_ms: ms(config.join.max_idle),
+        max_future_ms: ms(config.join.max_future),
         late: config.join.late,
         null_keys: config.join.null_keys,
         tombstones: config.join.tombstones,
@@ -87,11 +88,16 @@ pub fn replay(
         counters: TaskCounters::default(),
         halted: Vec::new(),
     };
+    // A recording is judged against the clock of the replay, as a host would judge it live.
+    let wall_clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     for task in tasks.values_mut() {
         // The recording is complete: when one partition runs dry, let the idle wait pass at
         // once rather than wait for records that will never come.
         let mut now = 0;
         while task.buffered() > 0 && task.halted().is_none() {
+            task.set_wall_clock(wall_clock);
             let batch: Batch = task.run(now, action, &mut std::thread::sleep);
             result.emits.extend(batch.emits.iter().cloned());
             task.acknowledge(batch);

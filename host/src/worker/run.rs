@@ -311,6 +311,7 @@ impl Host {
             self.apply_rebalance(&shared, &consumer, &policy, &mut tasks, &mut retired)?;
 
             let now = started.elapsed().as_millis() as i64;
+            let wall_clock = crate::admin::now_ms() as i64;
             // Every task's batch is sent, then all are awaited at once: one round trip per round.
             let failed_before = producer.context().failed.load(Ordering::Relaxed);
             let mut running = Vec::new();
@@ -318,6 +319,7 @@ impl Host {
                 if task.halted().is_some() {
                     continue;
                 }
+                task.set_wall_clock(wall_clock);
                 task.set_end_offsets(
                     [left, right].map(|t| cached_high_watermark(&consumer, t, task.partition)),
                 );
@@ -560,6 +562,12 @@ impl Host {
                             DeadLetterReason::Late => (
                                 "late",
                                 "older than stream time - window - grace".to_owned(),
+                                String::new(),
+                            ),
+                            DeadLetterReason::FutureTimestamp => (
+                                "future-timestamp",
+                                "stamped further ahead of the host's clock than join.max_future"
+                                    .to_owned(),
                                 String::new(),
                             ),
                             DeadLetterReason::NullKey => (

@@ -66,6 +66,7 @@ fn policy() -> TaskPolicy {
         },
         kind: JoinKind::Inner,
         max_idle_ms: 0,
+        max_future_ms: 3_600_000,
         late: RecordPolicy::DeadLetter,
         null_keys: RecordPolicy::DeadLetter,
         tombstones: TombstonePolicy::Drop,
