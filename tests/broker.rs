@@ -42,17 +42,12 @@ pub struct Kafka {
 impl Kafka {
     /// Starts a broker with its data under `dir/kafka`; returns once it answers metadata.
     pub fn start(dir: &Path) -> Kafka {
-        Self::start_with(dir, "")
-    }
-
-    /// [`Kafka::start`] with extra `server.properties` lines (`key=value`, one per line).
-    pub fn start_with(dir: &Path, settings: &str) -> Kafka {
         // Two free ports picked apart can still collide with another process binding in between:
         // the script refuses a taken port, and a second attempt picks new ones.
         let mut last_failure = String::new();
         for _attempt in 0..3 {
             let (port, controller) = (free_port(), free_port());
-            match Self::try_start(dir, port, controller, settings) {
+            match Self::try_start(dir, port, controller) {
                 Ok(kafka) => return kafka,
                 Err(why) if why.contains("is taken") => last_failure = why,
                 Err(why) => panic!("{why}"),
@@ -61,14 +56,13 @@ impl Kafka {
         panic!("{last_failure}")
     }
 
-    fn try_start(dir: &Path, port: u16, controller: u16, settings: &str) -> Result<Kafka, String> {
+    fn try_start(dir: &Path, port: u16, controller: u16) -> Result<Kafka, String> {
         let log = dir.join("kafka.log");
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(broker_script())
             .arg(dir.join("kafka"))
             .arg(port.to_string())
             .arg(controller.to_string())
-            .env("KAFKA_SETTINGS", settings)
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -86,11 +80,7 @@ impl Kafka {
     /// Waits until the broker lists itself in a metadata response; a broker that exits or stays
     /// silent is reported with why (the script's own complaint, the Java version, the log's end).
     fn wait_ready(&mut self) -> Result<(), String> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .set("log_level", "0")
-            .create()
-            .unwrap();
+        let consumer: BaseConsumer = self.client().set("log_level", "0").create().unwrap();
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(m) = consumer.fetch_metadata(None, Duration::from_secs(1)) {
@@ -116,6 +106,13 @@ impl Kafka {
         }
     }
 
+    /// A client config pointed at this broker.
+    fn client(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.bootstrap);
+        config
+    }
+
     /// The Java version and the last lines of the broker's log, for a failure message.
     fn diagnosis(&self) -> String {
         let java = Command::new("java")
@@ -135,15 +132,10 @@ impl Kafka {
         format!("java: {java}; log {:?} ends with:\n{excerpt}", self.log)
     }
 
-    /// The broker's process id (the JVM: the script execs it).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// CPU seconds the broker process has used so far (user + system, from /proc): what serving a
     /// benchmark costs the broker on the same cores.
     pub fn cpu_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
             .expect("reading the broker's /proc stat");
         // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
         let rest = &stat[stat.rfind(')').expect("stat has a command name") + 2..];
@@ -153,26 +145,13 @@ impl Kafka {
         ticks / 100.0
     }
 
-    pub fn admin(&self) -> AdminClient<DefaultClientContext> {
-        ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .create()
-            .expect("an admin client")
-    }
-
     /// Creates `topic` with `partitions` partitions and waits until every partition has a leader.
     pub fn create_topic(&self, topic: &str, partitions: i32) {
-        self.create_topic_with(topic, partitions, &[]);
-    }
-
-    /// [`Kafka::create_topic`] with topic configs (`("retention.ms", "-1")`, …).
-    pub fn create_topic_with(&self, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
-        let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-        for (k, v) in configs {
-            new = new.set(k, v);
-        }
+        let admin: AdminClient<DefaultClientContext> =
+            self.client().create().expect("an admin client");
+        let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-        let results = futures_executor::block_on(self.admin().create_topics([&new], &options))
+        let results = futures_executor::block_on(admin.create_topics([&new], &options))
             .unwrap_or_else(|e| panic!("creating topic {topic}: {e}"));
         for r in results {
             r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
@@ -181,10 +160,7 @@ impl Kafka {
     }
 
     fn wait_for_leaders(&self, topic: &str, partitions: i32) {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .create()
-            .unwrap();
+        let consumer: BaseConsumer = self.client().create().unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ready = consumer
@@ -211,10 +187,7 @@ impl Kafka {
 
     /// The next offset of each partition of `topic` (its high watermark), from the broker.
     pub fn end_offsets(&self, topic: &str, partitions: i32) -> Vec<i64> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .create()
-            .unwrap();
+        let consumer: BaseConsumer = self.client().create().unwrap();
         (0..partitions)
             .map(|p| {
                 consumer
@@ -228,11 +201,7 @@ impl Kafka {
     /// What `group` has committed for each partition of `topic`: (offset, metadata); offset -1
     /// where nothing is committed.
     pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<(i64, String)> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
-            .set("group.id", group)
-            .create()
-            .unwrap();
+        let consumer: BaseConsumer = self.client().set("group.id", group).create().unwrap();
         let mut tpl = rdkafka::TopicPartitionList::new();
         for p in 0..partitions {
             tpl.add_partition(topic, p);
@@ -312,8 +281,8 @@ impl Kafka {
 
     /// A reader of one topic from the beginning, by assignment (no group to join).
     pub fn reader(&self, topic: &str, partitions: i32) -> Reader {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.bootstrap)
+        let consumer: BaseConsumer = self
+            .client()
             .set("group.id", "e2e-reader")
             .set("enable.auto.commit", "false")
             .create()

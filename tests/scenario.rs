@@ -3,6 +3,8 @@
 //! and the outcomes read back and tallied.
 
 use std::sync::Mutex;
+
+use rdkafka::producer::{DefaultProducerContext, ThreadedProducer};
 use std::time::Duration;
 
 use crate::broker::{Kafka, ReadRecord};
@@ -38,20 +40,18 @@ pub fn join_broker(dir: &std::path::Path) -> Kafka {
     kafka
 }
 
-/// One payment per partition far ahead in event time: stream time passes every window, so the
-/// unpaid orders expire.
-pub fn ticks() -> Vec<(Record, i32)> {
-    (0..PARTITIONS)
-        .map(|p| {
-            let r = Record {
-                topic: "payments",
-                key: format!("tick-{p}"),
-                value: "{}".into(),
-                timestamp: stream::BASE_TS + 10_000_000,
-            };
-            (r, p)
-        })
-        .collect()
+/// Produces one payment per partition far ahead in event time: stream time passes every window,
+/// so the unpaid orders expire.
+pub fn close_windows(kafka: &Kafka, producer: &ThreadedProducer<DefaultProducerContext>) {
+    for p in 0..PARTITIONS {
+        let tick = Record {
+            topic: "payments",
+            key: format!("tick-{p}"),
+            value: "{}".into(),
+            timestamp: stream::BASE_TS + 10_000_000,
+        };
+        kafka.produce(producer, &[tick], Some(p));
+    }
 }
 
 pub fn order_outputs(records: &[ReadRecord]) -> Vec<(String, String)> {

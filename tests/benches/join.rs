@@ -195,17 +195,22 @@ fn main() {
     );
 }
 
-/// A script of host/benches/peers/ run by `python`, pointed at the broker's `left` and `right`.
-fn peer(python: &Path, peers: &Path, script: &str, bootstrap: &str) -> Command {
-    let mut cmd = Command::new(python);
-    cmd.arg(peers.join(script)).args([
+/// The arguments every peer takes to find the data: the broker and the two topics.
+fn data_args(bootstrap: &str) -> [&str; 6] {
+    [
         "--bootstrap",
         bootstrap,
         "--left",
         "left",
         "--right",
         "right",
-    ]);
+    ]
+}
+
+/// A script of host/benches/peers/ run by `python`, pointed at the broker's `left` and `right`.
+fn peer(python: &Path, peers: &Path, script: &str, bootstrap: &str) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.arg(peers.join(script)).args(data_args(bootstrap));
     cmd
 }
 
@@ -228,14 +233,7 @@ fn kafka_streams(peers: &Path, bootstrap: &str, store: &str) -> Command {
             app.join("libs").display()
         ))
         .arg("dev.cojoin.bench.KafkaStreamsJoin")
-        .args([
-            "--bootstrap",
-            bootstrap,
-            "--left",
-            "left",
-            "--right",
-            "right",
-        ])
+        .args(data_args(bootstrap))
         .args(["--output-topic", "bench-out", "--store", store])
         .args(["--window-ms", &WINDOW_MS.to_string()])
         .args(["--grace-ms", &GRACE_MS.to_string()]);

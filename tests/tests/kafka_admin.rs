@@ -9,7 +9,7 @@ use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::hosts::{join_config, wait_for_stable_group, HostProcess};
 use cojoin_e2e::http::{get, request, sample};
 use cojoin_e2e::scenario::{
-    join_broker, read_all_outcomes, run_dir, serial, start_hosts, start_hosts_with, ticks,
+    close_windows, join_broker, read_all_outcomes, run_dir, serial, start_hosts, start_hosts_with,
     PARTITIONS,
 };
 use cojoin_e2e::{plugin, stream};
@@ -37,9 +37,7 @@ fn value(page: &str, name: &str) -> f64 {
 fn produce_and_close_windows(kafka: &Kafka, orders: std::ops::Range<u32>) {
     let producer = kafka.producer("murmur2_random");
     kafka.produce(&producer, &stream::orders(orders.start, orders.end), None);
-    for (tick, p) in ticks() {
-        kafka.produce(&producer, &[tick], Some(p));
-    }
+    close_windows(kafka, &producer);
 }
 
 #[test]
@@ -210,9 +208,7 @@ fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_ca
     });
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let orders = loader.join().unwrap();
-    for (tick, p) in ticks() {
-        kafka.produce(&kafka.producer("murmur2_random"), &[tick], Some(p));
-    }
+    close_windows(&kafka, &kafka.producer("murmur2_random"));
 
     let tally = read_all_outcomes(&kafka, &stream::expected(orders));
     let mut all = kafka.reader("orders-paid", 1);

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::hosts::{join_config, wait_for_stable_group, HostProcess};
 use cojoin_e2e::scenario::{
-    assert_co_partitioned, join_broker, post_mortem, read_all_outcomes, run_dir, serial,
-    start_hosts, ticks, PARTITIONS,
+    assert_co_partitioned, close_windows, join_broker, post_mortem, read_all_outcomes, run_dir,
+    serial, start_hosts, PARTITIONS,
 };
 use cojoin_e2e::stream::{self, Record};
 use cojoin_e2e::{cojoin, plugin};
@@ -31,9 +31,7 @@ fn three_hosts_produce_exactly_the_expected_matches_and_expiries() {
 
     let producer = kafka.producer("murmur2_random");
     kafka.produce(&producer, &stream::orders(0, ORDERS), None);
-    for (tick, p) in ticks() {
-        kafka.produce(&producer, &[tick], Some(p));
-    }
+    close_windows(&kafka, &producer);
     let tally = read_all_outcomes(&kafka, &stream::expected(ORDERS));
     eprintln!(
         "events {}, matches {}, expiries {}, outputs {}, duplicates {} ({:?} after the group formed)",
@@ -112,9 +110,7 @@ fn kill_mid_stream(test: &str, n: usize, restart_after: Option<Duration>) -> Kil
         group.len(),
         t.elapsed()
     );
-    for (tick, p) in ticks() {
-        kafka.produce(&producer, &[tick], Some(p));
-    }
+    close_windows(&kafka, &producer);
 
     let tally = read_all_outcomes(&kafka, &stream::expected(ORDERS));
     eprintln!(
