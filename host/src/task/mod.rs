@@ -150,8 +150,8 @@ pub struct PartitionTask {
     /// The points last handed out for commit; a halted task keeps committing these, since the
     /// record it halted on may have changed the state without its outcome being acted on.
     last_points: [CommitPoint; 2],
-    /// The wall clock (Unix ms) the host last gave: the base of `max_future_ms`.
-    wall_clock_ms: i64,
+    /// The latest timestamp accepted: the wall clock the host last gave plus `max_future_ms`.
+    latest_timestamp_ms: i64,
     pub counters: TaskCounters,
 }
 
@@ -187,7 +187,7 @@ impl PartitionTask {
             halted: None,
             last_points: start,
             // Until the host says what time it is, no timestamp is too far ahead.
-            wall_clock_ms: i64::MAX,
+            latest_timestamp_ms: i64::MAX,
             counters: TaskCounters::default(),
         }
     }
@@ -218,7 +218,7 @@ impl PartitionTask {
 
     /// The wall clock now (Unix ms), against which `max_future_ms` is measured.
     pub fn set_wall_clock(&mut self, unix_ms: i64) {
-        self.wall_clock_ms = unix_ms;
+        self.latest_timestamp_ms = unix_ms.saturating_add(self.policy.max_future_ms);
     }
 
     /// `Some(reason)` once the task stopped on a failure under the `halt` policy.
@@ -267,8 +267,7 @@ impl PartitionTask {
                         event,
                     );
                 }
-            } else if event.timestamp > self.wall_clock_ms.saturating_add(self.policy.max_future_ms)
-            {
+            } else if event.timestamp > self.latest_timestamp_ms {
                 // A record from the far future would move stream time past every window: all
                 // that follows would be late, across restarts. It is kept out of the join.
                 self.counters.future_timestamps += 1;

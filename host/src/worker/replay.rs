@@ -89,15 +89,13 @@ pub fn replay(
         halted: Vec::new(),
     };
     // A recording is judged against the clock of the replay, as a host would judge it live.
-    let wall_clock = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let wall_clock = crate::admin::now_ms() as i64;
     for task in tasks.values_mut() {
         // The recording is complete: when one partition runs dry, let the idle wait pass at
         // once rather than wait for records that will never come.
         let mut now = 0;
+        task.set_wall_clock(wall_clock);
         while task.buffered() > 0 && task.halted().is_none() {
-            task.set_wall_clock(wall_clock);
             let batch: Batch = task.run(now, action, &mut std::thread::sleep);
             result.emits.extend(batch.emits.iter().cloned());
             task.acknowledge(batch);
