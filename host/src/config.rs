@@ -23,6 +23,7 @@
 //! [output]
 //! topic = "orders-paid"
 //! dead_letter_topic = "orders-payments-dlq"
+//! # allowed_topics = ["audit"]        # other topics a plugin record may name (default: any but the inputs)
 //! ```
 
 use std::collections::BTreeMap;
@@ -278,6 +279,10 @@ pub struct OutputConfig {
     /// Topic for dead letters; required when any policy is `dead-letter`. Default: none.
     #[serde(default)]
     pub dead_letter_topic: Option<String>,
+    /// When set, the only topics besides `topic` a plugin record may name; others are refused
+    /// (their inputs dead-lettered as `output-refused`). Default: any topic but the join's inputs.
+    #[serde(default)]
+    pub allowed_topics: Option<Vec<String>>,
 }
 
 impl Config {
@@ -387,6 +392,36 @@ impl Config {
                 "output.topic",
                 "is empty",
                 "name the topic plugin records go to by default",
+            );
+        }
+        let inputs = [&self.join.left, &self.join.right];
+        let named = [
+            ("output.topic", Some(&self.output.topic)),
+            (
+                "output.dead_letter_topic",
+                self.output.dead_letter_topic.as_ref(),
+            ),
+        ];
+        for (field, topic) in named {
+            if let Some(topic) = topic.filter(|t| inputs.contains(t)) {
+                return invalid(
+                    field,
+                    &format!("is {topic:?}, an input topic of the join (it would feed the join its own records)"),
+                    "name a topic other than join.left and join.right",
+                );
+            }
+        }
+        if let Some(topic) = self
+            .output
+            .allowed_topics
+            .iter()
+            .flatten()
+            .find(|t| inputs.contains(t))
+        {
+            return invalid(
+                "output.allowed_topics",
+                &format!("lists {topic:?}, an input topic of the join (it would feed the join its own results)"),
+                "leave join.left and join.right out of it",
             );
         }
         if self.admin.enabled {
@@ -623,5 +658,49 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("group_id"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod output_tests {
+    use super::*;
+
+    const BASE: &str = r#"
+        [kafka]
+        bootstrap_servers = "localhost:9092"
+        group_id = "g"
+        [join]
+        left = "orders"
+        right = "payments"
+        window = "5m"
+        [plugin]
+        path = "p.wasm"
+    "#;
+
+    fn err(output: &str) -> String {
+        Config::parse(&format!("{BASE}\n[output]\n{output}"))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn outputs_to_the_join_s_own_input_topics_are_refused_with_the_field() {
+        let e = err("topic = \"orders\"\ndead_letter_topic = \"dlq\"");
+        assert!(
+            e.contains("output.topic") && e.contains("input topic"),
+            "{e}"
+        );
+        let e = err("topic = \"out\"\ndead_letter_topic = \"payments\"");
+        assert!(e.contains("output.dead_letter_topic"), "{e}");
+        let e = err("topic = \"out\"\ndead_letter_topic = \"dlq\"\nallowed_topics = [\"audit\", \"orders\"]");
+        assert!(
+            e.contains("output.allowed_topics") && e.contains("\"orders\""),
+            "{e}"
+        );
+        let ok = Config::parse(&format!(
+            "{BASE}\n[output]\ntopic = \"out\"\ndead_letter_topic = \"dlq\"\nallowed_topics = [\"audit\"]"
+        ))
+        .unwrap();
+        assert_eq!(ok.output.allowed_topics, Some(vec!["audit".to_owned()]));
     }
 }

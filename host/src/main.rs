@@ -443,7 +443,7 @@ fn demo(args: DemoArgs) -> Result<ExitCode> {
 }
 
 fn plugin_test(args: TestArgs) -> Result<ExitCode> {
-    use cojoin::task::{DeadLetterReason, Emit};
+    use cojoin::task::Emit;
 
     let config = cojoin::config::Config::from_file(&args.config)?;
     let events = std::fs::read_to_string(&args.events)
@@ -455,7 +455,7 @@ fn plugin_test(args: TestArgs) -> Result<ExitCode> {
     let dlq = config.output.dead_letter_topic.clone();
     for emit in &result.emits {
         let line = match emit {
-            Emit::Output(record) => {
+            Emit::Output { record, .. } => {
                 let mut v = output_to_json(record);
                 if record.topic.is_none() {
                     v["topic"] = serde_json::json!(config.output.topic);
@@ -463,21 +463,10 @@ fn plugin_test(args: TestArgs) -> Result<ExitCode> {
                 v
             }
             Emit::DeadLetter(d) => {
-                let (reason, error) = match &d.reason {
-                    DeadLetterReason::Late => ("late", None),
-                    DeadLetterReason::FutureTimestamp => ("future-timestamp", None),
-                    DeadLetterReason::NullKey => ("null-key", None),
-                    DeadLetterReason::Tombstone => ("tombstone", None),
-                    DeadLetterReason::Failed {
-                        failure,
-                        plugin_version,
-                    } => (
-                        failure.kind,
-                        Some(
-                            serde_json::json!({"message": failure.message, "plugin": plugin_version}),
-                        ),
-                    ),
-                };
+                let reason = d.reason.kind();
+                let error = d.reason.is_failure().then(|| {
+                    serde_json::json!({"message": d.reason.message(), "plugin": d.reason.plugin_version()})
+                });
                 let inputs: Vec<_> = d
                     .inputs
                     .iter()
@@ -490,8 +479,8 @@ fn plugin_test(args: TestArgs) -> Result<ExitCode> {
     }
     let c = &result.counters;
     eprintln!(
-        "records {}, matches {}, expiries {}, late {}, future timestamps {}, null keys {}, tombstones {}, failed calls {}, dead-lettered {}",
-        c.records, c.matches, c.expiries, c.late, c.future_timestamps, c.null_keys, c.tombstones, c.failed_calls, c.dead_lettered
+        "records {}, matches {}, expiries {}, late {}, future timestamps {}, null keys {}, tombstones {}, failed calls {}, refused outputs {}, dead-lettered {}",
+        c.records, c.matches, c.expiries, c.late, c.future_timestamps, c.null_keys, c.tombstones, c.failed_calls, c.refused_outputs, c.dead_lettered
     );
     for reason in &result.halted {
         eprintln!("{reason}");

@@ -24,6 +24,8 @@ pub struct CallStats {
     pub count: u64,
     pub sum_seconds: f64,
     pub failures: BTreeMap<&'static str, u64>,
+    /// Instances replaced because they had grown past their recycling size (not failures).
+    pub recycles: u64,
 }
 
 impl CallStats {
@@ -50,6 +52,7 @@ impl CallStats {
         for (kind, n) in &other.failures {
             *self.failures.entry(kind).or_default() += n;
         }
+        self.recycles += other.recycles;
     }
 
     /// The latency below which `q` (0..1) of the calls fall, as the bucket's upper bound.
@@ -180,6 +183,11 @@ pub fn render(s: &Snapshot) -> String {
             c.dead_lettered,
         ),
         (
+            "cojoin_refused_outputs_total",
+            "Plugin records not produced (a topic they may not go to, or refused by the producer or broker); their inputs are dead-lettered as output-refused.",
+            c.refused_outputs,
+        ),
+        (
             "cojoin_replay_suppressed_total",
             "Outcomes not acted on again after a restart (a previous owner had).",
             c.suppressed,
@@ -297,6 +305,20 @@ pub fn render(s: &Snapshot) -> String {
                 label(version)
             );
         }
+    }
+    family(
+        &mut out,
+        "cojoin_plugin_instance_recycles_total",
+        "counter",
+        "Plugin instances replaced between calls because their memory had grown past the recycling size (64 MiB of growth, or 3/4 of the room under plugin.memory_mib); not failures.",
+    );
+    for (version, stats) in &s.calls {
+        let _ = writeln!(
+            out,
+            "cojoin_plugin_instance_recycles_total{{plugin=\"{}\"}} {}",
+            label(version),
+            stats.recycles
+        );
     }
     out
 }

@@ -135,7 +135,7 @@ pub fn run(
         .map_err(|_| anyhow::anyhow!("the host thread panicked"))?;
     let mut summary = result?;
     host_result.context("the join host stopped")?;
-    summary.dead_letters = host.stats.dead_lettered.load(Ordering::Relaxed) as usize;
+    summary.dead_letters = host.metrics.read(|m| m.counters.dead_lettered) as usize;
     Ok(summary)
 }
 

@@ -62,6 +62,8 @@ impl PluginEngine {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| LoadError::Engine(format!("linking WASI: {e:#}")))?;
+        super::sandbox::bound_waits(&mut linker)
+            .map_err(|e| LoadError::Engine(format!("bounding WASI waits: {e:#}")))?;
         PluginBindings::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Engine(format!("linking cojoin:plugin/host: {e:#}")))?;
         let cache = match &options.cache_dir {

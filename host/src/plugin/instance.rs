@@ -2,7 +2,7 @@
 //! instance of it (`PluginInstance`: one store, reused across calls, rebuilt after a trap).
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use wasmtime::{Store, Trap};
 
@@ -10,7 +10,7 @@ use super::bindings::{self, wit, PluginBindings, PluginBindingsPre};
 use super::engine::{CompiledPlugin, PluginEngine};
 use super::error::{CallError, LoadError, TrapKind};
 use super::limits::{MemoryCapExceeded, PluginLimits};
-use super::sandbox::StoreState;
+use super::sandbox::{SleepPastDeadline, StoreState};
 use crate::event::{Event, OutputRecord, Side};
 
 /// One version of a plugin, as published by the registry.
@@ -87,6 +87,7 @@ impl PluginVersion {
             version: self.clone(),
             live: Some(live),
             restarts: 0,
+            recycles: 0,
             a: bindings::empty_event(),
             b: bindings::empty_event(),
         })
@@ -98,6 +99,7 @@ impl PluginVersion {
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_trap();
         store.set_epoch_deadline(self.engine.ticks(self.limits.init_deadline));
+        store.data_mut().call_deadline = Some(Instant::now() + self.limits.init_deadline);
         if self.engine.options.fuel {
             // Fuel limits calls, not start-up, which the init deadline already bounds.
             store
@@ -110,7 +112,14 @@ impl PluginVersion {
         };
         let bindings = self.pre.instantiate(&mut store).map_err(started)?;
         match bindings.call_init(&mut store, &self.config) {
-            Ok(Ok(())) => Ok(Live { store, bindings }),
+            Ok(Ok(())) => {
+                let recycle_above = self.limits.recycle_above(store.data().limiter.used());
+                Ok(Live {
+                    store,
+                    bindings,
+                    recycle_above,
+                })
+            }
             Ok(Err(message)) => Err(LoadError::Init {
                 plugin: self.label.to_string(),
                 message,
@@ -123,6 +132,8 @@ impl PluginVersion {
 struct Live {
     store: Store<StoreState>,
     bindings: PluginBindings,
+    /// Past this much linear memory the instance is replaced before its next call.
+    recycle_above: usize,
 }
 
 /// A live instance serving one worker's calls, one at a time.
@@ -132,6 +143,8 @@ pub struct PluginInstance {
     live: Option<Live>,
     /// Times a trapped instance was replaced by a fresh one.
     restarts: u64,
+    /// Times an instance grown past its recycling size was replaced (not a failure).
+    recycles: u64,
     // Reused argument buffers: see `bindings::fill_event`.
     a: wit::Event,
     b: wit::Event,
@@ -145,6 +158,18 @@ impl PluginInstance {
     /// How many times a trapped instance was replaced by a fresh one.
     pub fn restarts(&self) -> u64 {
         self.restarts
+    }
+
+    /// How many times an instance that had grown too large was replaced by a fresh one.
+    pub fn recycles(&self) -> u64 {
+        self.recycles
+    }
+
+    /// Linear memory of the live instance, in bytes (0 when none is live).
+    pub fn memory_bytes(&self) -> usize {
+        self.live
+            .as_ref()
+            .map_or(0, |live| live.store.data().limiter.used())
     }
 
     /// Calls `on-match(key, a, b)`.
@@ -180,8 +205,31 @@ impl PluginInstance {
         self.finish(result)
     }
 
-    /// Arms the deadline (and fuel) of the next call, instantiating first if the last call trapped.
+    /// Arms the deadline (and fuel) of the next call, instantiating first if the last call trapped
+    /// or the instance has grown past its recycling size.
     fn prepare_call(&mut self) -> Result<(), CallError> {
+        if let Some(live) = &self.live {
+            let used = live.store.data().limiter.used();
+            if used > live.recycle_above {
+                // A fresh instance costs milliseconds; one grown to its cap fails a call.
+                match self.version.start() {
+                    Ok(fresh) => {
+                        tracing::debug!(
+                            plugin = &*self.version.label,
+                            memory_bytes = used,
+                            "instance recycled: it had grown past {} bytes",
+                            live.recycle_above
+                        );
+                        self.live = Some(fresh);
+                        self.recycles += 1;
+                    }
+                    Err(e) => tracing::warn!(
+                        plugin = &*self.version.label,
+                        "could not start a fresh instance to replace one of {used} bytes; keeping it: {e}"
+                    ),
+                }
+            }
+        }
         if self.live.is_none() {
             let live = self.version.start().map_err(|e| CallError::Unavailable {
                 plugin: self.version.label.to_string(),
@@ -194,6 +242,8 @@ impl PluginInstance {
         let limits = &self.version.limits;
         live.store
             .set_epoch_deadline(self.version.engine.ticks(limits.deadline));
+        live.store.data_mut().call_deadline = Some(Instant::now() + limits.deadline);
+        live.store.data().take_stderr_tail();
         if self.version.engine.options.fuel {
             let fuel = limits.fuel.unwrap_or(u64::MAX);
             live.store
@@ -215,8 +265,26 @@ impl PluginInstance {
             }),
             Err(e) => {
                 // A trapped instance may be in any state: never call into it again.
-                self.live = None;
-                Err(classify(&self.version.label, e))
+                let stderr = self
+                    .live
+                    .take()
+                    .map(|live| live.store.data().take_stderr_tail())
+                    .unwrap_or_default();
+                let mut error = classify(&self.version.label, e);
+                // A panic's own text goes to stderr before the trap: without it the dead letter
+                // only said "wasm `unreachable` instruction executed".
+                if let CallError::Trap {
+                    kind: TrapKind::Crash,
+                    message,
+                    ..
+                } = &mut error
+                {
+                    if !stderr.is_empty() {
+                        message
+                            .push_str(&format!("; the plugin's stderr before the trap: {stderr}"));
+                    }
+                }
+                Err(error)
             }
         }
     }
@@ -227,6 +295,8 @@ impl PluginInstance {
 fn classify(label: &str, error: wasmtime::Error) -> CallError {
     let kind = if error.downcast_ref::<MemoryCapExceeded>().is_some() {
         TrapKind::Memory
+    } else if error.downcast_ref::<SleepPastDeadline>().is_some() {
+        TrapKind::Timeout
     } else {
         match error.downcast_ref::<Trap>() {
             Some(Trap::Interrupt) => TrapKind::Timeout,
@@ -240,6 +310,9 @@ fn classify(label: &str, error: wasmtime::Error) -> CallError {
         "plugin trap: {error:?}"
     );
     let message = match kind {
+        TrapKind::Timeout if error.downcast_ref::<SleepPastDeadline>().is_some() => {
+            error.root_cause().to_string()
+        }
         TrapKind::Timeout => format!(
             "{} (the call exceeded its deadline or fuel)",
             error.root_cause()

@@ -201,6 +201,16 @@ impl PluginWorker {
         self.instance.restarts()
     }
 
+    /// Times the current instance was recycled for its size (not a failure).
+    pub fn recycles(&self) -> u64 {
+        self.instance.recycles()
+    }
+
+    /// Linear memory of the worker's instance, in bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.instance.memory_bytes()
+    }
+
     pub fn on_match(
         &mut self,
         key: &[u8],

@@ -5,6 +5,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
@@ -24,15 +25,79 @@ pub(crate) struct StoreState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) limiter: MemoryCap,
+    /// When the running call (or start-up) must end; a sleep past it traps at once. Epoch
+    /// interruption cannot stop a call blocked inside the host: `time.sleep(60)` ran its 60 s
+    /// under a 500 ms deadline and held every task of the host with it.
+    pub(crate) call_deadline: Option<Instant>,
+    /// The last lines the plugin wrote to stderr, for the message of a crash (a panic's text).
+    stderr_tail: Arc<Mutex<Vec<String>>>,
+}
+
+/// The error a sleep past the call's deadline traps with; sorted as a timeout.
+#[derive(Debug, thiserror::Error)]
+#[error("the plugin asked to wait {asked:?} but its call had {left:?} left before its deadline (blocking waits cannot outlast plugin.deadline)")]
+pub struct SleepPastDeadline {
+    pub asked: Duration,
+    pub left: Duration,
+}
+
+impl StoreState {
+    /// Refuses a wait of `asked` that would outlast the deadline.
+    fn check_wait(&self, asked: Duration) -> wasmtime::Result<()> {
+        let Some(deadline) = self.call_deadline else {
+            return Ok(());
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if asked > left {
+            return Err(wasmtime::Error::new(SleepPastDeadline { asked, left }));
+        }
+        Ok(())
+    }
+}
+
+/// Replaces WASI's `subscribe-duration` and `subscribe-instant` (the only ways a plugin can block:
+/// it has no files, sockets or input) with versions that trap when the wait would outlast the
+/// call's deadline, and otherwise wait as WASI does.
+pub(crate) fn bound_waits(
+    linker: &mut wasmtime::component::Linker<StoreState>,
+) -> wasmtime::Result<()> {
+    use wasmtime::component::Resource;
+    use wasmtime_wasi::clocks::WasiClocksView;
+    use wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host;
+    use wasmtime_wasi::p2::DynPollable;
+
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance("wasi:clocks/monotonic-clock@0.2.12")?;
+    clock.func_wrap(
+        "subscribe-duration",
+        |mut store, (nanos,): (u64,)| -> wasmtime::Result<(Resource<DynPollable>,)> {
+            let state: &mut StoreState = store.data_mut();
+            state.check_wait(Duration::from_nanos(nanos))?;
+            Ok((state.clocks().subscribe_duration(nanos)?,))
+        },
+    )?;
+    clock.func_wrap(
+        "subscribe-instant",
+        |mut store, (when,): (u64,)| -> wasmtime::Result<(Resource<DynPollable>,)> {
+            let state: &mut StoreState = store.data_mut();
+            let now = state.clocks().now()?;
+            state.check_wait(Duration::from_nanos(when.saturating_sub(now)))?;
+            Ok((state.clocks().subscribe_instant(when)?,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
 }
 
 impl StoreState {
     /// No preopened directories, no environment, no arguments, no network: only clocks, random
     /// and the two output streams.
     pub(crate) fn new(label: Arc<str>, memory_cap: usize) -> Self {
+        let stderr = LogStream::new(label.clone(), "stderr");
+        let stderr_tail = stderr.tail.clone();
         let wasi = WasiCtx::builder()
             .stdout(LogStream::new(label.clone(), "stdout"))
-            .stderr(LogStream::new(label.clone(), "stderr"))
+            .stderr(stderr)
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -42,7 +107,16 @@ impl StoreState {
             wasi,
             table: ResourceTable::new(),
             limiter: MemoryCap::new(memory_cap),
+            call_deadline: None,
+            stderr_tail,
         }
+    }
+
+    /// What the plugin wrote to stderr since the last call to this (complete lines, the last
+    /// few), joined with " | "; empty if nothing.
+    pub(crate) fn take_stderr_tail(&self) -> String {
+        let mut tail = self.stderr_tail.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *tail).join(" | ")
     }
 }
 
@@ -81,7 +155,12 @@ struct LogStream {
     label: Arc<str>,
     stream: &'static str,
     pending: Arc<Mutex<Vec<u8>>>,
+    /// The last [`TAIL_LINES`] lines, each cut at [`TAIL_LINE`] bytes.
+    tail: Arc<Mutex<Vec<String>>>,
 }
+
+const TAIL_LINES: usize = 6;
+const TAIL_LINE: usize = 300;
 
 impl LogStream {
     fn new(label: Arc<str>, stream: &'static str) -> Self {
@@ -89,6 +168,7 @@ impl LogStream {
             label,
             stream,
             pending: Arc::default(),
+            tail: Arc::default(),
         }
     }
 
@@ -110,6 +190,22 @@ impl LogStream {
             return;
         }
         let text = String::from_utf8_lossy(line);
+        {
+            let mut tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
+            if tail.len() == TAIL_LINES {
+                tail.remove(0);
+            }
+            let mut cut = text.trim_end().to_owned();
+            if cut.len() > TAIL_LINE {
+                let end = (0..=TAIL_LINE)
+                    .rev()
+                    .find(|&i| cut.is_char_boundary(i))
+                    .unwrap_or(0);
+                cut.truncate(end);
+                cut.push('…');
+            }
+            tail.push(cut);
+        }
         tracing::info!(target: "cojoin::plugin", plugin = &*self.label, stream = self.stream, "{text}");
     }
 }

@@ -60,6 +60,36 @@ pub struct TaskPolicy {
     pub failure: FailurePolicy,
     pub retries: u32,
     pub backoff: Duration,
+    pub outputs: OutputTopics,
+}
+
+/// Where a plugin's records may go. Never to the join's own input topics: a plugin writing there
+/// feeds the join its own results (one pair fed itself 21 times). With `allowed` set
+/// (`output.allowed_topics`), only to those and the default output topic.
+#[derive(Clone, Debug, Default)]
+pub struct OutputTopics {
+    pub inputs: [String; 2],
+    pub allowed: Option<Vec<String>>,
+}
+
+impl OutputTopics {
+    /// Why a record naming `topic` (`None`: the default output topic) may not be produced.
+    pub fn refusal(&self, topic: Option<&str>) -> Option<String> {
+        let topic = topic?;
+        if self.inputs.iter().any(|t| t == topic) {
+            return Some(format!(
+                "the plugin wrote to {topic:?}, an input topic of this join; that would feed the join its own \
+                 results (write to output.topic or another topic)"
+            ));
+        }
+        match &self.allowed {
+            Some(allowed) if !allowed.iter().any(|t| t == topic) => Some(format!(
+                "the plugin wrote to {topic:?}, which is not in output.allowed_topics {allowed:?} \
+                 (add it there, or write to output.topic)"
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// Why records went to the dead-letter topic.
@@ -75,6 +105,56 @@ pub enum DeadLetterReason {
         failure: ActionFailure,
         plugin_version: String,
     },
+    /// An output of these inputs could not be produced: a topic it may not write to, or one the
+    /// producer or broker refused for good (too large, no such topic).
+    OutputRefused {
+        error: String,
+    },
+}
+
+impl DeadLetterReason {
+    /// The `cojoin.error.kind` header.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DeadLetterReason::Late => "late",
+            DeadLetterReason::FutureTimestamp => "future-timestamp",
+            DeadLetterReason::NullKey => "null-key",
+            DeadLetterReason::Tombstone => "tombstone",
+            DeadLetterReason::Failed { failure, .. } => failure.kind,
+            DeadLetterReason::OutputRefused { .. } => "output-refused",
+        }
+    }
+
+    /// The `cojoin.error.message` header.
+    pub fn message(&self) -> &str {
+        match self {
+            DeadLetterReason::Late => "older than stream time - window - grace",
+            DeadLetterReason::FutureTimestamp => {
+                "stamped further ahead of the host's clock than join.max_future"
+            }
+            DeadLetterReason::NullKey => "a record without a key cannot join",
+            DeadLetterReason::Tombstone => "a record without a value (join.tombstones)",
+            DeadLetterReason::Failed { failure, .. } => &failure.message,
+            DeadLetterReason::OutputRefused { error } => error,
+        }
+    }
+
+    /// The `cojoin.plugin.version` header: the version that failed, empty for other reasons.
+    pub fn plugin_version(&self) -> &str {
+        match self {
+            DeadLetterReason::Failed { plugin_version, .. } => plugin_version,
+            _ => "",
+        }
+    }
+
+    /// A failure of the plugin or of its outputs (a warning), rather than a record routed by
+    /// policy (expected traffic).
+    pub fn is_failure(&self) -> bool {
+        matches!(
+            self,
+            DeadLetterReason::Failed { .. } | DeadLetterReason::OutputRefused { .. }
+        )
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -87,8 +167,12 @@ pub struct DeadLetter {
 /// Something to produce.
 #[derive(Clone, Debug)]
 pub enum Emit {
-    /// A plugin record; `topic: None` goes to the default output topic.
-    Output(OutputRecord),
+    /// A plugin record (`topic: None` goes to the default output topic) and the inputs it was
+    /// made from, dead-lettered if the record cannot be produced.
+    Output {
+        record: OutputRecord,
+        inputs: Vec<Arc<Event>>,
+    },
     DeadLetter(DeadLetter),
 }
 
@@ -112,6 +196,9 @@ pub struct TaskCounters {
     pub tombstones: u64,
     pub failed_calls: u64,
     pub dead_lettered: u64,
+    /// Plugin records not produced: a topic they may not go to, or refused by the producer or
+    /// broker (their inputs dead-lettered as `output-refused`).
+    pub refused_outputs: u64,
     /// Outcomes not acted on again because a previous owner had (replay).
     pub suppressed: u64,
 }
@@ -128,6 +215,7 @@ impl TaskCounters {
         self.tombstones += other.tombstones;
         self.failed_calls += other.failed_calls;
         self.dead_lettered += other.dead_lettered;
+        self.refused_outputs += other.refused_outputs;
         self.suppressed += other.suppressed;
     }
 }
@@ -356,7 +444,19 @@ impl PartitionTask {
             }
         };
         match result {
-            Ok(records) => batch.emits.extend(records.into_iter().map(Emit::Output)),
+            Ok(records) => {
+                for record in records {
+                    match self.policy.outputs.refusal(record.topic.as_deref()) {
+                        None => batch.emits.push(Emit::Output {
+                            record,
+                            inputs: inputs.clone(),
+                        }),
+                        Some(error) => {
+                            self.refused_output(batch, inputs.clone(), error);
+                        }
+                    }
+                }
+            }
             Err(failure) => match self.policy.failure {
                 FailurePolicy::DeadLetter => {
                     self.counters.dead_lettered += inputs.len() as u64;
@@ -380,6 +480,32 @@ impl PartitionTask {
                     ));
                 }
             },
+        }
+    }
+
+    /// An output made from `inputs` cannot be produced (`error` says why): under
+    /// `plugin.failure = "dead-letter"` the inputs are dead-lettered as `output-refused`, under
+    /// `halt` the task halts. The I/O layer calls it for what the producer or broker refused.
+    pub fn refused_output(&mut self, batch: &mut Batch, inputs: Vec<Arc<Event>>, error: String) {
+        self.counters.refused_outputs += 1;
+        match self.policy.failure {
+            FailurePolicy::DeadLetter => {
+                self.counters.dead_lettered += inputs.len() as u64;
+                batch.emits.push(Emit::DeadLetter(DeadLetter {
+                    reason: DeadLetterReason::OutputRefused { error },
+                    inputs,
+                }));
+            }
+            FailurePolicy::Halt => {
+                self.halted.get_or_insert_with(|| {
+                    format!(
+                        "task {} halted: an output made from key {:?} at offsets {:?} was refused: {error}",
+                        self.partition,
+                        String::from_utf8_lossy(&inputs[0].key),
+                        inputs.iter().map(|e| (&*e.topic, e.offset)).collect::<Vec<_>>(),
+                    )
+                });
+            }
         }
     }
 

@@ -3,7 +3,7 @@ use std::time::Duration;
 use super::*;
 use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
 
-/// Records its calls; fails on keys starting with "bad".
+/// Records its calls; fails on keys starting with "bad"; a match on key "to:T" writes to topic T.
 #[derive(Default)]
 struct FakePlugin {
     calls: Vec<String>,
@@ -26,7 +26,7 @@ impl Action for FakePlugin {
             });
         }
         Ok(vec![OutputRecord {
-            topic: None,
+            topic: k.strip_prefix("to:").map(str::to_owned),
             key: Some(key.to_vec()),
             value: Some(b"paid".to_vec()),
             headers: vec![],
@@ -72,6 +72,10 @@ fn policy() -> TaskPolicy {
         failure: FailurePolicy::DeadLetter,
         retries: 2,
         backoff: Duration::from_millis(100),
+        outputs: OutputTopics {
+            inputs: ["left".into(), "right".into()],
+            allowed: None,
+        },
     }
 }
 
@@ -98,7 +102,7 @@ fn values(batch: &Batch) -> Vec<String> {
         .emits
         .iter()
         .map(|e| match e {
-            Emit::Output(r) => format!(
+            Emit::Output { record: r, .. } => format!(
                 "out {}",
                 String::from_utf8_lossy(r.value.as_deref().unwrap())
             ),
@@ -301,4 +305,68 @@ fn a_record_from_the_far_future_is_dead_lettered_and_does_not_move_stream_time()
         values(&batch)
     );
     assert_eq!(task.counters.future_timestamps, 1);
+}
+
+#[test]
+fn an_output_to_an_input_topic_or_outside_the_allowed_ones_dead_letters_its_inputs() {
+    let mut task = PartitionTask::new(0, policy(), FRESH);
+    let mut plugin = FakePlugin::default();
+    for (offset, key) in [(0, "to:left"), (1, "to:audit")] {
+        task.push(Side::Left, ev(Side::Left, offset, key, 100), true);
+        task.push(Side::Right, ev(Side::Right, offset, key, 101), true);
+    }
+    let batch = task.run(0, &mut plugin, &mut |_| {});
+    let v = values(&batch);
+    assert_eq!(v.len(), 2, "{v:?}");
+    assert!(
+        v[0].starts_with("dlq OutputRefused")
+            && v[0].contains("an input topic")
+            && v[0].ends_with("[0, 0]"),
+        "{v:?}"
+    );
+    // Without output.allowed_topics, any other topic is the plugin's to choose.
+    assert_eq!(v[1], "out paid");
+    assert_eq!(task.counters.refused_outputs, 1);
+    assert_eq!(task.counters.dead_lettered, 2);
+
+    let allowed = TaskPolicy {
+        outputs: OutputTopics {
+            inputs: ["left".into(), "right".into()],
+            allowed: Some(vec!["orders-paid".into()]),
+        },
+        ..policy()
+    };
+    let mut task = PartitionTask::new(0, allowed, FRESH);
+    task.push(Side::Left, ev(Side::Left, 0, "to:audit", 100), true);
+    task.push(Side::Right, ev(Side::Right, 0, "to:audit", 101), true);
+    let v = values(&task.run(0, &mut plugin, &mut |_| {}));
+    assert!(
+        v.len() == 1 && v[0].contains("not in output.allowed_topics"),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn under_halt_a_refused_output_stops_the_task_before_its_inputs_count_as_processed() {
+    let halt = TaskPolicy {
+        failure: FailurePolicy::Halt,
+        ..policy()
+    };
+    let mut task = PartitionTask::new(0, halt, FRESH);
+    let mut plugin = FakePlugin::default();
+    task.push(Side::Left, ev(Side::Left, 0, "to:right", 100), true);
+    task.push(Side::Right, ev(Side::Right, 0, "to:right", 101), true);
+    let batch = task.run(0, &mut plugin, &mut |_| {});
+    assert!(batch.emits.is_empty());
+    let reason = task.halted().expect("halted");
+    assert!(
+        reason.contains("was refused") && reason.contains("\"to:right\""),
+        "{reason}"
+    );
+    task.acknowledge(batch);
+    assert_eq!(
+        task.commit_points()
+            .map(|p| (p.offset, p.processed_through)),
+        [(0, None), (0, None)]
+    );
 }

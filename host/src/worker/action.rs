@@ -48,9 +48,16 @@ impl MeteredWorker {
         events: &[&Event],
         call: impl FnOnce(&mut PluginWorker) -> Result<T, CallError>,
     ) -> Result<T, ActionFailure> {
+        let (recycles, generation) = (self.worker.recycles(), self.worker.version().generation);
         let started = Instant::now();
         let result = call(&mut self.worker);
         let took = started.elapsed();
+        // A swap during the call starts a new instance, whose count starts at zero.
+        let recycled = if self.worker.version().generation == generation {
+            self.worker.recycles().saturating_sub(recycles)
+        } else {
+            self.worker.recycles()
+        };
         // The label after the call: a swap between calls switches the worker before it calls.
         let label = &self.worker.version().label;
         if !self.calls.contains_key(&**label) {
@@ -58,6 +65,7 @@ impl MeteredWorker {
         }
         let stats = self.calls.get_mut(&**label).expect("inserted above");
         stats.observe(took, result.as_ref().err().map(CallError::kind));
+        stats.recycles += recycled;
         result.map_err(|e| failure(e, key, events))
     }
 }

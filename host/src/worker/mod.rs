@@ -7,5 +7,6 @@
 //! - [`run`]: `cojoin run` — the consumer, the tasks, the producer and the commits.
 
 pub mod action;
+pub mod output;
 pub mod replay;
 pub mod run;

@@ -25,6 +25,10 @@ pub fn task_policy(config: &Config) -> TaskPolicy {
         failure: config.plugin.failure,
         retries: config.plugin.retries,
         backoff: config.plugin.backoff,
+        outputs: crate::task::OutputTopics {
+            inputs: [config.join.left.clone(), config.join.right.clone()],
+            allowed: config.output.allowed_topics.clone(),
+        },
     }
 }
 

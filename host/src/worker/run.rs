@@ -11,11 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::message::{Headers, Message};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::config::Config;
@@ -25,8 +24,9 @@ use crate::kafka::assignment;
 use crate::metrics::{Metrics, TaskGauges};
 use crate::plugin::PluginRegistry;
 use crate::task::TaskCounters;
-use crate::task::{pool, DeadLetterReason, Emit, PartitionTask};
+use crate::task::{pool, PartitionTask};
 use crate::worker::action::MeteredWorker;
+use crate::worker::output::Outputs;
 use crate::worker::replay::task_policy;
 
 /// How often commit points are committed while running (also on revoke and shutdown).
@@ -144,32 +144,11 @@ impl ConsumerContext for JoinContext {
     }
 }
 
-/// Counts deliveries that failed for good (after the idempotent producer's own retries).
-#[derive(Default)]
-struct DeliveryCount {
-    failed: AtomicU64,
-}
-
-impl ClientContext for DeliveryCount {}
-
-impl ProducerContext for DeliveryCount {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, m)) = result {
-            tracing::error!(topic = m.topic(), "output delivery failed: {e}");
-            self.failed.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
 /// Counts a running host keeps outside the tasks.
 #[derive(Debug, Default)]
 pub struct HostStats {
     /// Per side: left, right.
     pub consumed: [AtomicU64; 2],
-    pub produced: AtomicU64,
-    pub dead_lettered: AtomicU64,
-    pub commits: AtomicU64,
 }
 
 pub struct Host {
@@ -239,9 +218,12 @@ impl Host {
             })
             .context("creating the Kafka consumer (check [kafka] and [kafka.options])")?;
         // Librdkafka warns about consumer-only options given to the producer; those are harmless.
-        let producer: BaseProducer<DeliveryCount> = producer_config
-            .create_with_context(DeliveryCount::default())
-            .context("creating the Kafka producer")?;
+        let mut outputs = Outputs::new(
+            &producer_config,
+            &cfg.output.topic,
+            cfg.output.dead_letter_topic.as_deref(),
+        )?;
+        outputs.verify_topics()?;
 
         let counts = partition_counts(&consumer, &[left, right])?;
         assignment::check_counts(left, counts[0], right, counts[1])?;
@@ -312,8 +294,6 @@ impl Host {
 
             let now = started.elapsed().as_millis() as i64;
             let wall_clock = crate::admin::now_ms() as i64;
-            // Every task's batch is sent, then all are awaited at once: one round trip per round.
-            let failed_before = producer.context().failed.load(Ordering::Relaxed);
             let mut running = Vec::new();
             for task in tasks.values_mut() {
                 if task.halted().is_some() {
@@ -325,10 +305,14 @@ impl Host {
                 );
                 running.push(task);
             }
-            let batches = pool::run_round(running, &mut workers, now, &std::thread::sleep);
-            for (partition, batch) in &batches {
-                self.send_emits(&producer, &batch.emits)?;
-                let task = &tasks[partition];
+            let mut batches = pool::run_round(running, &mut workers, now, &std::thread::sleep);
+            // Every task's batch is sent, then all are awaited at once: one round trip per round.
+            outputs.deliver(&mut batches, &mut tasks)?;
+            for (partition, batch) in batches {
+                let Some(task) = tasks.get_mut(&partition) else {
+                    continue;
+                };
+                task.acknowledge(batch);
                 if let Some(reason) = task.halted() {
                     tracing::error!(
                         "{reason}; pausing partition {} of {left} and {right}",
@@ -340,20 +324,18 @@ impl Host {
                     consumer.pause(&tpl).context("pausing a halted task")?;
                 }
             }
-            if batches.iter().any(|(_, b)| !b.emits.is_empty()) {
-                await_acknowledgements(&producer, failed_before)?;
-            }
-            for (partition, batch) in batches {
-                if let Some(task) = tasks.get_mut(&partition) {
-                    task.acknowledge(batch);
-                }
-            }
             self.publish_points(&shared, &mut tasks);
             if last_lag.elapsed() >= LAG_INTERVAL {
                 lags = lag_of(&consumer, left, right, tasks.keys().copied());
                 last_lag = Instant::now();
             }
-            self.publish_metrics(&tasks, &retired, &lags, &mut workers);
+            self.publish_metrics(
+                &tasks,
+                &retired,
+                &lags,
+                &mut workers,
+                outputs.acknowledged(),
+            );
             self.heartbeat_ms
                 .store(crate::admin::now_ms(), Ordering::Relaxed);
             if last_commit.elapsed() >= COMMIT_INTERVAL {
@@ -474,6 +456,7 @@ impl Host {
         retired: &TaskCounters,
         lags: &HashMap<i32, [Option<i64>; 2]>,
         workers: &mut [MeteredWorker],
+        produced: u64,
     ) {
         let mut counters = retired.clone();
         for task in tasks.values() {
@@ -497,7 +480,7 @@ impl Host {
                 self.stats.consumed[1].load(Ordering::Relaxed),
             );
             m.counters = counters;
-            m.produced = self.stats.produced.load(Ordering::Relaxed);
+            m.produced = produced;
             m.tasks = gauges;
             m.processing = !m.tasks.is_empty();
             for (label, stats) in calls {
@@ -530,154 +513,10 @@ impl Host {
             return;
         }
         match consumer.commit(&commit_list(points), mode) {
-            Ok(()) => {
-                self.stats.commits.fetch_add(1, Ordering::Relaxed);
-            }
+            Ok(()) => {}
             Err(e) => {
                 tracing::warn!("commit failed (will retry; a restart would replay more): {e}")
             }
-        }
-    }
-
-    /// Sends a batch's records; [`await_acknowledgements`] then waits for them.
-    fn send_emits(&self, producer: &BaseProducer<DeliveryCount>, emits: &[Emit]) -> Result<()> {
-        let out = &self.config.output;
-        for emit in emits {
-            match emit {
-                Emit::Output(r) => {
-                    let topic = r.topic.as_deref().unwrap_or(&out.topic);
-                    let headers = kafka_headers(&r.headers);
-                    let mut record = BaseRecord::<[u8], [u8]>::to(topic).headers(headers);
-                    record.key = r.key.as_deref();
-                    record.payload = r.value.as_deref();
-                    send(producer, record)?;
-                    self.stats.produced.fetch_add(1, Ordering::Relaxed);
-                }
-                Emit::DeadLetter(d) => {
-                    let Some(dlq) = out.dead_letter_topic.as_deref() else {
-                        bail!("a dead letter has no topic: set output.dead_letter_topic");
-                    };
-                    for input in &d.inputs {
-                        let (kind, message, version) = match &d.reason {
-                            DeadLetterReason::Late => (
-                                "late",
-                                "older than stream time - window - grace".to_owned(),
-                                String::new(),
-                            ),
-                            DeadLetterReason::FutureTimestamp => (
-                                "future-timestamp",
-                                "stamped further ahead of the host's clock than join.max_future"
-                                    .to_owned(),
-                                String::new(),
-                            ),
-                            DeadLetterReason::NullKey => (
-                                "null-key",
-                                "a record without a key cannot join".to_owned(),
-                                String::new(),
-                            ),
-                            DeadLetterReason::Tombstone => (
-                                "tombstone",
-                                "a record without a value (join.tombstones)".to_owned(),
-                                String::new(),
-                            ),
-                            DeadLetterReason::Failed {
-                                failure,
-                                plugin_version,
-                            } => (
-                                failure.kind,
-                                failure.message.clone(),
-                                plugin_version.clone(),
-                            ),
-                        };
-                        // A plugin failure is a warning; a record routed by policy (late, no key,
-                        // tombstone) is expected traffic, counted in the metrics.
-                        let key = crate::event::printable_key(&input.key);
-                        let record = crate::event::positions([&**input]);
-                        if matches!(d.reason, DeadLetterReason::Failed { .. }) {
-                            tracing::warn!(kind, %key, %record, dead_letter_topic = dlq, "dead-lettered: {message}");
-                        } else {
-                            tracing::info!(kind, %key, %record, dead_letter_topic = dlq, "dead-lettered: {message}");
-                        }
-                        let (partition, offset, ts) = (
-                            input.partition.to_string(),
-                            input.offset.to_string(),
-                            input.timestamp.to_string(),
-                        );
-                        let mut headers = kafka_headers(&input.headers);
-                        for (k, v) in [
-                            ("cojoin.error.kind", kind),
-                            ("cojoin.error.message", message.as_str()),
-                            ("cojoin.plugin.version", version.as_str()),
-                            ("cojoin.source.topic", &*input.topic),
-                            ("cojoin.source.partition", partition.as_str()),
-                            ("cojoin.source.offset", offset.as_str()),
-                            ("cojoin.source.timestamp", ts.as_str()),
-                        ] {
-                            headers = headers.insert(Header {
-                                key: k,
-                                value: Some(v.as_bytes()),
-                            });
-                        }
-                        let mut record = BaseRecord::<[u8], [u8]>::to(dlq).headers(headers);
-                        record.key = (!input.key.is_empty()).then_some(&*input.key);
-                        record.payload = input.value.as_deref();
-                        send(producer, record)?;
-                        self.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Waits until every record sent is acknowledged; fails if any delivery failed since
-/// `failed_before`. Not `flush`: rdkafka's `BaseProducer::poll` always waits out its whole timeout,
-/// and `flush` polls in 100 ms steps, so every flush took at least 100 ms (seen here: exactly 100 ms
-/// per batch on the mock cluster, which capped a task at 10 batches a second).
-fn await_acknowledgements(
-    producer: &BaseProducer<DeliveryCount>,
-    failed_before: u64,
-) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while producer.in_flight_count() > 0 {
-        if Instant::now() >= deadline {
-            bail!("outputs not acknowledged within 60 s; stopping without committing them (a restart replays them)");
-        }
-        producer.poll(Duration::from_millis(1));
-    }
-    if producer.context().failed.load(Ordering::Relaxed) != failed_before {
-        bail!("some outputs could not be delivered; stopping without committing their inputs (a restart replays them)");
-    }
-    Ok(())
-}
-
-fn kafka_headers(headers: &[crate::event::Header]) -> OwnedHeaders {
-    headers.iter().fold(OwnedHeaders::new(), |hs, h| {
-        hs.insert(Header {
-            key: &h.key,
-            value: h.value.as_deref(),
-        })
-    })
-}
-
-fn send<'a>(
-    producer: &BaseProducer<DeliveryCount>,
-    mut record: BaseRecord<'a, [u8], [u8]>,
-) -> Result<()> {
-    loop {
-        match producer.send(record) {
-            Ok(()) => return Ok(()),
-            Err((
-                rdkafka::error::KafkaError::MessageProduction(
-                    rdkafka::types::RDKafkaErrorCode::QueueFull,
-                ),
-                r,
-            )) => {
-                record = r;
-                producer.poll(Duration::from_millis(10));
-            }
-            Err((e, _)) => bail!("producing an output: {e}"),
         }
     }
 }

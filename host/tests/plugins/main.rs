@@ -2,6 +2,7 @@
 //! `misbehave` fixture). One test binary; helpers below.
 
 mod languages;
+mod leak;
 mod loading;
 mod sandbox;
 #[path = "../support/mod.rs"]

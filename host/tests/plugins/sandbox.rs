@@ -87,6 +87,62 @@ fn a_panic_is_a_crash_trap_and_the_instance_is_rebuilt() {
 }
 
 #[test]
+fn a_panic_s_own_text_is_in_the_trap_message() {
+    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    let err = call(&mut worker, "panic-7").unwrap_err();
+    assert_eq!(err.kind(), "crash", "{err}");
+    assert!(
+        err.message().contains("fixture panic for key panic-7"),
+        "{err}"
+    );
+    // The next crash reports its own stderr, not the first one's.
+    let err = call(&mut worker, "panic-8").unwrap_err();
+    assert!(
+        err.message().contains("panic-8") && !err.message().contains("panic-7"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_sleep_past_the_deadline_traps_as_timeout_at_once_and_a_short_one_runs() {
+    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    let started = Instant::now();
+    let err = call(&mut worker, "sleep60-1").unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.kind(), "timeout", "{err}");
+    assert!(err.message().contains("asked to wait 60s"), "{err}");
+    // Before the fix the call slept its 60 s under a 200 ms deadline.
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    let started = Instant::now();
+    let out = call(&mut worker, "nap-1").expect("a 20 ms sleep fits a 200 ms deadline");
+    assert!(started.elapsed() >= Duration::from_millis(20));
+    assert_eq!(out[0].value.as_deref(), Some(&b"ok nap-1"[..]));
+    assert_eq!(worker.restarts(), 1);
+}
+
+#[test]
+fn an_init_that_sleeps_past_its_deadline_fails_at_once() {
+    let engine = super::engine();
+    let limits = PluginLimits {
+        init_deadline: Duration::from_secs(2),
+        ..limits()
+    };
+    let started = Instant::now();
+    let err = cojoin::plugin::PluginRegistry::from_file(
+        engine,
+        &super::plugin_path("misbehave.wasm"),
+        limits,
+        vec![("init-sleep".to_owned(), "30".to_owned())],
+    )
+    .unwrap_err()
+    .to_string();
+    let took = started.elapsed();
+    assert!(err.contains("asked to wait 30s"), "{err}");
+    // Before the fix init slept its 30 s past a 10 s limit.
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
 fn an_error_return_is_a_plugin_error_and_keeps_the_instance() {
     let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
     match call(&mut worker, "error-1") {

@@ -73,6 +73,7 @@ fn policy() -> TaskPolicy {
         failure: FailurePolicy::DeadLetter,
         retries: 0,
         backoff: Duration::ZERO,
+        outputs: Default::default(),
     }
 }
 
@@ -109,7 +110,7 @@ fn outputs(batches: &[(i32, Batch)]) -> Vec<String> {
         .iter()
         .flat_map(|(p, b)| {
             b.emits.iter().map(move |e| match e {
-                Emit::Output(r) => format!(
+                Emit::Output { record: r, .. } => format!(
                     "{p}: {}",
                     String::from_utf8_lossy(r.value.as_deref().unwrap())
                 ),

@@ -4,6 +4,11 @@
 //! - `bomb…`: allocates until memory runs out (must hit the memory cap)
 //! - `panic…`: panics (a trap)
 //! - `error…`: returns an error
+//! - `sleep<N>-…`: sleeps N seconds (a blocking WASI wait the call deadline must bound)
+//! - `nap…`: sleeps 20 ms, well within any deadline, then answers as below
+//! - `giant…`: one record with a 2 MB value (more than a producer accepts by default)
+//! - `to:<topic>:…`: one record to `<topic>`
+//! - `init-sleep<N>` in config `init-sleep`: `init` sleeps N seconds
 //! - `escape…`: tries to read a file, the environment, the arguments and to open a socket to the
 //!   address in config `connect` (or 127.0.0.1:9), and reports what happened
 //! - anything else: one record echoing the key
@@ -70,6 +75,21 @@ fn act(key: &[u8]) -> Result<Vec<OutputRecord>, String> {
         panic!("fixture panic for key {k}");
     } else if k.starts_with("error") {
         Err(format!("fixture error for key {k}"))
+    } else if let Some(rest) = k.strip_prefix("sleep") {
+        let secs: u64 = rest.split('-').next().and_then(|n| n.parse().ok()).unwrap_or(60);
+        std::thread::sleep(std::time::Duration::from_secs(secs));
+        Ok(vec![out(key, format!("slept {secs} s"))])
+    } else if k.starts_with("nap") {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        Ok(vec![out(key, format!("ok {k}"))])
+    } else if k.starts_with("giant") {
+        Ok(vec![out(key, "x".repeat(2 << 20))])
+    } else if let Some(rest) = k.strip_prefix("to:") {
+        let topic = rest.split(':').next().unwrap_or_default().to_owned();
+        Ok(vec![OutputRecord {
+            topic: Some(topic),
+            ..out(key, format!("ok {k}"))
+        }])
     } else if k.starts_with("escape") {
         Ok(vec![out(key, escape())])
     } else {
@@ -83,6 +103,9 @@ impl Guest for Misbehave {
             match (k.as_str(), v.as_str()) {
                 ("fail-init", "yes") => return Err("fixture init failure (fail-init = yes)".into()),
                 ("connect", addr) => CONNECT.with(|c| *c.borrow_mut() = addr.to_owned()),
+                ("init-sleep", secs) => {
+                    std::thread::sleep(std::time::Duration::from_secs(secs.parse().unwrap_or(30)))
+                }
                 _ => {}
             }
         }

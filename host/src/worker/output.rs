@@ -1,0 +1,449 @@
+//! The producing side of a host: a round's outputs and dead letters sent, every acknowledgement
+//! awaited, and what the producer or broker refuses for good turned over to the task that made it
+//! (its inputs dead-lettered as `output-refused`) instead of stopping the host. Before this, one
+//! output too large for the broker ended the host before it committed, and every restart replayed
+//! the same input and ended again.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientContext;
+
+use crate::event::Event;
+use crate::task::{Batch, DeadLetter, Emit, PartitionTask};
+
+const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+/// A topic found missing is looked up again after this long (someone may have created it).
+const RECHECK_MISSING: Duration = Duration::from_secs(10);
+
+/// What the delivery callback learns, keyed by the index each record was sent with.
+#[derive(Default)]
+pub struct Deliveries {
+    failed: Mutex<Vec<(usize, KafkaError)>>,
+    /// Outputs and dead letters acknowledged by the broker.
+    pub acknowledged: AtomicU64,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = usize;
+    fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
+        match result {
+            Ok(_) => {
+                self.acknowledged.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((e, m)) => {
+                tracing::debug!(topic = m.topic(), "delivery failed: {e}");
+                let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+                failed.push((index, e.clone()));
+            }
+        }
+    }
+}
+
+/// How a failed send or delivery is handled.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// This record will never be accepted (too large, no such topic, not allowed): its inputs
+    /// are dead-lettered.
+    Refused,
+    /// The producer cannot go on (an idempotence fatal error): the host stops without committing.
+    Fatal,
+    /// Anything else (timeouts, a broker away) is sent again.
+    Transient,
+}
+
+fn verdict(e: &KafkaError) -> Verdict {
+    use RDKafkaErrorCode as C;
+    match e.rdkafka_error_code() {
+        Some(
+            C::MessageSizeTooLarge
+            | C::InvalidMessageSize
+            | C::MessageBatchTooLarge
+            | C::InvalidMessage
+            | C::InvalidRecord
+            | C::InvalidTimestamp
+            | C::UnknownTopic
+            | C::UnknownTopicOrPartition
+            | C::UnknownPartition
+            | C::InvalidTopic
+            | C::TopicAuthorizationFailed
+            | C::PolicyViolation
+            | C::InvalidArgument,
+        ) => Verdict::Refused,
+        Some(C::Fatal) => Verdict::Fatal,
+        _ => Verdict::Transient,
+    }
+}
+
+/// A record of the round: which batch and emit it comes from, and for a dead letter which input.
+#[derive(Clone, Copy, Debug)]
+struct Origin {
+    batch: usize,
+    emit: usize,
+    /// `Some(i)`: the dead letter of input `i` of a `DeadLetter` emit.
+    input: Option<usize>,
+    /// A dead letter sent again without its value, after the value was refused.
+    value_omitted: bool,
+}
+
+/// Which topics exist, looked up once each (missing ones again after [`RECHECK_MISSING`]), so an
+/// output to a missing topic is refused at once instead of waiting out librdkafka's metadata
+/// timeouts (the host looked healthy for 300 s while producing nothing).
+#[derive(Default)]
+struct KnownTopics {
+    found: HashMap<String, (bool, Instant)>,
+}
+
+impl KnownTopics {
+    fn missing(&mut self, producer: &BaseProducer<Deliveries>, topic: &str) -> bool {
+        if let Some((exists, at)) = self.found.get(topic) {
+            if *exists || at.elapsed() < RECHECK_MISSING {
+                return !exists;
+            }
+        }
+        let exists = match topic_exists(producer.client(), topic) {
+            Ok(exists) => exists,
+            // The broker did not answer: let the producer try (it retries) rather than refuse.
+            Err(e) => {
+                tracing::warn!(topic, "could not look the topic up: {e}");
+                return false;
+            }
+        };
+        self.found
+            .insert(topic.to_owned(), (exists, Instant::now()));
+        !exists
+    }
+}
+
+/// Whether `topic` exists, from the broker's metadata.
+pub fn topic_exists<C: ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+) -> Result<bool> {
+    let metadata = client
+        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+        .with_context(|| format!("reading the metadata of topic {topic:?}"))?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+}
+
+pub struct Outputs {
+    producer: BaseProducer<Deliveries>,
+    output_topic: String,
+    dead_letter_topic: Option<String>,
+    topics: KnownTopics,
+}
+
+impl Outputs {
+    pub fn new(
+        config: &ClientConfig,
+        output_topic: &str,
+        dead_letter_topic: Option<&str>,
+    ) -> Result<Self> {
+        let producer: BaseProducer<Deliveries> = config
+            .create_with_context(Deliveries::default())
+            .context("creating the Kafka producer")?;
+        Ok(Outputs {
+            producer,
+            output_topic: output_topic.to_owned(),
+            dead_letter_topic: dead_letter_topic.map(str::to_owned),
+            topics: KnownTopics::default(),
+        })
+    }
+
+    /// Refuses to start when the output or dead-letter topic does not exist: every record would
+    /// wait for it and then fail.
+    pub fn verify_topics(&self) -> Result<()> {
+        let named = [
+            ("output.topic", Some(&self.output_topic)),
+            ("output.dead_letter_topic", self.dead_letter_topic.as_ref()),
+        ];
+        for (field, topic) in named {
+            let Some(topic) = topic else { continue };
+            if !topic_exists(self.producer.client(), topic)? {
+                bail!("{field} {topic:?} does not exist on the broker: create it (with the partitions and retention you want) before starting, or name an existing topic");
+            }
+        }
+        Ok(())
+    }
+
+    /// Outputs and dead letters acknowledged so far.
+    pub fn acknowledged(&self) -> u64 {
+        self.producer.context().acknowledged.load(Ordering::Relaxed)
+    }
+
+    /// Produces every emit of `batches` (one per task in `tasks`, same partitions) and waits for
+    /// each acknowledgement. An output refused for good is handed to its task
+    /// ([`PartitionTask::refused_output`]): the dead letters that makes are appended to that
+    /// task's batch and produced too. Transient failures are sent again until they succeed.
+    /// Returns an error only when the producer itself cannot go on, or a dead letter is refused
+    /// even without its value; nothing is committed then, so a restart replays it.
+    pub fn deliver(
+        &mut self,
+        batches: &mut [(i32, Batch)],
+        tasks: &mut std::collections::BTreeMap<i32, PartitionTask>,
+    ) -> Result<()> {
+        let mut queue: Vec<Origin> = Vec::new();
+        for (b, (_, batch)) in batches.iter().enumerate() {
+            for (e, emit) in batch.emits.iter().enumerate() {
+                push_origins(&mut queue, b, e, emit);
+            }
+        }
+        let mut backoff = Duration::from_millis(100);
+        while !queue.is_empty() {
+            let sent = std::mem::take(&mut queue);
+            let mut refused: Vec<(Origin, String)> = Vec::new();
+            let mut resend: Vec<Origin> = Vec::new();
+            for (i, origin) in sent.iter().enumerate() {
+                match self.send(batches, *origin, i) {
+                    Ok(()) => {}
+                    Err(e) => match e {
+                        SendError::Refused(why) => refused.push((*origin, why)),
+                        SendError::Kafka(e) => match verdict(&e) {
+                            Verdict::Refused => refused.push((*origin, e.to_string())),
+                            Verdict::Fatal => bail!("the producer failed for good: {e}; stopping without committing (a restart replays the uncommitted records)"),
+                            Verdict::Transient => resend.push(*origin),
+                        },
+                    },
+                }
+            }
+            self.await_in_flight()?;
+            let failed = std::mem::take(
+                &mut *self
+                    .producer
+                    .context()
+                    .failed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
+            for (i, e) in failed {
+                let origin = sent[i];
+                match verdict(&e) {
+                    Verdict::Refused => refused.push((origin, e.to_string())),
+                    Verdict::Fatal => bail!("the producer failed for good: {e}; stopping without committing (a restart replays the uncommitted records)"),
+                    Verdict::Transient => {
+                        tracing::warn!("a delivery failed ({e}); sending it again");
+                        resend.push(origin);
+                    }
+                }
+            }
+            for (origin, why) in refused {
+                let (partition, batch) = &mut batches[origin.batch];
+                let output = match &batch.emits[origin.emit] {
+                    Emit::Output { record, inputs } => Some((
+                        record
+                            .topic
+                            .as_deref()
+                            .unwrap_or(&self.output_topic)
+                            .to_owned(),
+                        inputs.clone(),
+                    )),
+                    Emit::DeadLetter(_) => None,
+                };
+                if let Some((topic, inputs)) = output {
+                    let error = format!("producing to {topic:?} was refused: {why}");
+                    tracing::warn!(
+                        key = %crate::event::printable_key(&inputs[0].key),
+                        records = %crate::event::positions(inputs.iter().map(|e| &**e)),
+                        "an output was refused: {error}"
+                    );
+                    let Some(task) = tasks.get_mut(partition) else {
+                        continue;
+                    };
+                    let before = batch.emits.len();
+                    task.refused_output(batch, inputs, error);
+                    for e in before..batch.emits.len() {
+                        push_origins(&mut queue, origin.batch, e, &batch.emits[e]);
+                    }
+                } else if !origin.value_omitted {
+                    tracing::warn!("a dead letter was refused ({why}); sending it again without its value (the record stays in its source topic)");
+                    queue.push(Origin {
+                        value_omitted: true,
+                        ..origin
+                    });
+                } else {
+                    bail!(
+                        "a dead letter was refused by {:?} even without its value: {why}; stopping without committing (check the dead-letter topic)",
+                        self.dead_letter_topic.as_deref().unwrap_or_default()
+                    );
+                }
+            }
+            if !resend.is_empty() {
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                queue.extend(resend);
+            }
+        }
+        Ok(())
+    }
+
+    fn await_in_flight(&self) -> Result<()> {
+        // Not `flush`: rdkafka's `BaseProducer::poll` always waits out its whole timeout, and
+        // `flush` polls in 100 ms steps, so every flush took at least 100 ms (seen on the mock
+        // cluster: a task capped at 10 batches a second). librdkafka fails a record itself after
+        // message.timeout.ms; the bound here only guards against a hang.
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while self.producer.in_flight_count() > 0 {
+            if Instant::now() >= deadline {
+                bail!("outputs not acknowledged within 600 s; stopping without committing them (a restart replays them)");
+            }
+            self.producer.poll(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    fn send(
+        &mut self,
+        batches: &[(i32, Batch)],
+        origin: Origin,
+        index: usize,
+    ) -> Result<(), SendError> {
+        let emit = &batches[origin.batch].1.emits[origin.emit];
+        match (emit, origin.input) {
+            (Emit::Output { record: r, .. }, _) => {
+                let topic = r.topic.as_deref().unwrap_or(&self.output_topic);
+                if r.topic.is_some() && self.topics.missing(&self.producer, topic) {
+                    return Err(SendError::Refused(format!(
+                        "topic {topic:?} does not exist (create it, or write to another topic)"
+                    )));
+                }
+                let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, index)
+                    .headers(kafka_headers(&r.headers));
+                record.key = r.key.as_deref();
+                record.payload = r.value.as_deref();
+                self.send_record(record)
+            }
+            (Emit::DeadLetter(d), Some(i)) => {
+                let Some(dlq) = self.dead_letter_topic.as_deref() else {
+                    // Config validation requires the topic whenever a policy dead-letters.
+                    return Err(SendError::Refused(
+                        "no output.dead_letter_topic is set".to_owned(),
+                    ));
+                };
+                let input = &d.inputs[i];
+                log_dead_letter(d, input, dlq);
+                let headers = dead_letter_headers(d, input, origin.value_omitted);
+                let mut record =
+                    BaseRecord::<[u8], [u8], usize>::with_opaque_to(dlq, index).headers(headers);
+                record.key = (!input.key.is_empty()).then_some(&*input.key);
+                if !origin.value_omitted {
+                    record.payload = input.value.as_deref();
+                }
+                self.send_record(record)
+            }
+            (Emit::DeadLetter(_), None) => unreachable!("dead letters are sent per input"),
+        }
+    }
+
+    fn send_record(&self, mut record: BaseRecord<'_, [u8], [u8], usize>) -> Result<(), SendError> {
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    self.producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => return Err(SendError::Kafka(e)),
+            }
+        }
+    }
+}
+
+enum SendError {
+    /// Refused before sending, with the reason.
+    Refused(String),
+    Kafka(KafkaError),
+}
+
+fn push_origins(queue: &mut Vec<Origin>, batch: usize, emit: usize, e: &Emit) {
+    let origin = |input| Origin {
+        batch,
+        emit,
+        input,
+        value_omitted: false,
+    };
+    match e {
+        Emit::Output { .. } => queue.push(origin(None)),
+        Emit::DeadLetter(d) => queue.extend((0..d.inputs.len()).map(|i| origin(Some(i)))),
+    }
+}
+
+/// A plugin failure or refused output is a warning; a record routed by policy (late, no key,
+/// tombstone) is expected traffic, counted in the metrics.
+fn log_dead_letter(d: &DeadLetter, input: &Event, dlq: &str) {
+    let (kind, message) = (d.reason.kind(), d.reason.message());
+    let key = crate::event::printable_key(&input.key);
+    let record = crate::event::positions([input]);
+    if d.reason.is_failure() {
+        tracing::warn!(kind, %key, %record, dead_letter_topic = dlq, "dead-lettered: {message}");
+    } else {
+        tracing::info!(kind, %key, %record, dead_letter_topic = dlq, "dead-lettered: {message}");
+    }
+}
+
+/// The input's own headers, then what happened and where the record came from.
+fn dead_letter_headers(d: &DeadLetter, input: &Event, value_omitted: bool) -> OwnedHeaders {
+    let (partition, offset, ts) = (
+        input.partition.to_string(),
+        input.offset.to_string(),
+        input.timestamp.to_string(),
+    );
+    let mut headers = kafka_headers(&input.headers);
+    let mut add = |k: &str, v: &str| {
+        headers = std::mem::replace(&mut headers, OwnedHeaders::new()).insert(Header {
+            key: k,
+            value: Some(v.as_bytes()),
+        });
+    };
+    add("cojoin.error.kind", d.reason.kind());
+    add("cojoin.error.message", d.reason.message());
+    add("cojoin.plugin.version", d.reason.plugin_version());
+    add("cojoin.source.topic", &input.topic);
+    add("cojoin.source.partition", &partition);
+    add("cojoin.source.offset", &offset);
+    add("cojoin.source.timestamp", &ts);
+    if value_omitted {
+        add("cojoin.value.omitted", "the dead-letter topic refused the value; read it from the source topic at the offset above");
+    }
+    headers
+}
+
+fn kafka_headers(headers: &[crate::event::Header]) -> OwnedHeaders {
+    headers.iter().fold(OwnedHeaders::new(), |hs, h| {
+        hs.insert(Header {
+            key: &h.key,
+            value: h.value.as_deref(),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permanent_refusals_are_told_from_transient_failures() {
+        let refused = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert_eq!(verdict(&refused), Verdict::Refused);
+        let missing = KafkaError::MessageProduction(RDKafkaErrorCode::UnknownTopic);
+        assert_eq!(verdict(&missing), Verdict::Refused);
+        let timeout = KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut);
+        assert_eq!(verdict(&timeout), Verdict::Transient);
+        let down = KafkaError::MessageProduction(RDKafkaErrorCode::AllBrokersDown);
+        assert_eq!(verdict(&down), Verdict::Transient);
+        let fatal = KafkaError::MessageProduction(RDKafkaErrorCode::Fatal);
+        assert_eq!(verdict(&fatal), Verdict::Fatal);
+    }
+}
