@@ -147,9 +147,17 @@ impl Kafka {
 
     /// Creates `topic` with `partitions` partitions and waits until every partition has a leader.
     pub fn create_topic(&self, topic: &str, partitions: i32) {
+        self.create_topic_with(topic, partitions, &[]);
+    }
+
+    /// A topic with topic-level configs, e.g. `("max.message.bytes", "200")`.
+    pub fn create_topic_with(&self, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
         let admin: AdminClient<DefaultClientContext> =
             self.client().create().expect("an admin client");
-        let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        let new = configs.iter().fold(
+            NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+            |t, (k, v)| t.set(k, v),
+        );
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
         let results = futures_executor::block_on(admin.create_topics([&new], &options))
             .unwrap_or_else(|e| panic!("creating topic {topic}: {e}"));

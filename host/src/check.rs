@@ -107,6 +107,22 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
     report
         .lines
         .push(format!("{left}: {lc} partitions; {right}: {rc} partitions"));
+    let outputs = [
+        ("output.topic", Some(&config.output.topic)),
+        (
+            "output.dead_letter_topic",
+            config.output.dead_letter_topic.as_ref(),
+        ),
+    ];
+    for (field, topic) in outputs {
+        match topic {
+            Some(topic) if count(topic) == 0 => report.problems.push(format!(
+                "{field} {topic:?} does not exist on the broker: create it, or name an existing topic (run refuses to start without it)"
+            )),
+            Some(topic) => report.lines.push(format!("{field} {topic:?} exists")),
+            None => {}
+        }
+    }
     if let Err(e) = assignment::check_counts(left, lc, right, rc) {
         report.problems.push(e.to_string());
         return Ok(report);

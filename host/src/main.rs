@@ -317,15 +317,29 @@ fn open_registry(
     Ok(PluginRegistry::from_file(engine, path, limits, config)?)
 }
 
+/// Every problem found, including a config that does not parse, a plugin that does not load and
+/// a broker that does not answer, is a `PROBLEM:` line and exit code 1.
 fn check(config_path: &std::path::Path, sample: usize) -> Result<ExitCode> {
-    let config = cojoin::config::Config::from_file(config_path)?;
+    let problem = |e: anyhow::Error| {
+        println!("PROBLEM: {e:#}");
+        Ok(ExitCode::from(1))
+    };
+    let config = match cojoin::config::Config::from_file(config_path) {
+        Ok(config) => config,
+        Err(e) => return problem(e.into()),
+    };
     println!("config {config_path:?}: valid");
-    let registry = load_plugin(&config, config_path, None)?;
-    println!(
-        "plugin {}: loads, init accepts its config",
-        registry.current().label
-    );
-    let report = cojoin::check::check(&config, sample)?;
+    match load_plugin(&config, config_path, None) {
+        Ok(registry) => println!(
+            "plugin {}: loads, init accepts its config",
+            registry.current().label
+        ),
+        Err(e) => return problem(e),
+    }
+    let report = match cojoin::check::check(&config, sample) {
+        Ok(report) => report,
+        Err(e) => return problem(e),
+    };
     for line in &report.lines {
         println!("{line}");
     }

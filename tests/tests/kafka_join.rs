@@ -328,7 +328,8 @@ fn inputs_of_a_trapping_plugin_land_in_the_dead_letter_topic_and_the_rest_is_pro
         assert_eq!(r.header("cojoin.error.kind"), Some("crash"), "{r:?}");
         assert!(
             r.header("cojoin.error.message")
-                .is_some_and(|m| m.contains("wasm trap")),
+                .is_some_and(|m| m.contains("wasm trap")
+                    && m.contains(&format!("fixture panic for key {}", r.key))),
             "{r:?}"
         );
         assert!(

@@ -223,10 +223,10 @@ impl Host {
             &cfg.output.topic,
             cfg.output.dead_letter_topic.as_deref(),
         )?;
-        outputs.verify_topics()?;
 
         let counts = partition_counts(&consumer, &[left, right])?;
         assignment::check_counts(left, counts[0], right, counts[1])?;
+        outputs.verify_topics()?;
         consumer
             .subscribe(&[left, right])
             .context("subscribing to the joined topics")?;

@@ -1,0 +1,152 @@
+//! What a hostile plugin can do to a host on Apache Kafka (issue 12): outputs the producer or the
+//! broker refuses, outputs to topics that do not exist or to the join's own inputs, and a call
+//! that sleeps for an hour. Each must end as a dead letter saying why, and the host must go on.
+
+use std::time::{Duration, Instant};
+
+use cojoin_e2e::hosts::{join_config, wait_for_stable_group, HostProcess};
+use cojoin_e2e::scenario::{join_broker, run_dir, serial, PARTITIONS};
+use cojoin_e2e::stream::{self, Record};
+use cojoin_e2e::{cojoin, plugin};
+
+fn pairs(keys: &[String], ts0: i64) -> Vec<Record> {
+    let mut records = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let ts = ts0 + i as i64 * 10;
+        for (topic, dt) in [("orders", 0), ("payments", 5)] {
+            records.push(Record {
+                topic,
+                key: key.clone(),
+                value: "{}".into(),
+                timestamp: ts + dt,
+            });
+        }
+    }
+    records
+}
+
+#[test]
+fn refused_outputs_and_endless_sleeps_are_dead_lettered_and_the_host_goes_on() {
+    let _serial = serial();
+    let dir = run_dir("refused_outputs_and_endless_sleeps_are_dead_lettered_and_the_host_goes_on");
+    let kafka = join_broker(&dir);
+    // The broker refuses any batch over 200 bytes on this topic.
+    kafka.create_topic_with("small", 1, &[("max.message.bytes", "200")]);
+    let misbehave = plugin("misbehave.wasm");
+
+    // A missing output topic: run refuses to start and check says so, both naming the field.
+    let missing = join_config(&kafka.bootstrap, "missing", &misbehave, "inner")
+        .replace("topic = \"orders-paid\"", "topic = \"no-such-output\"");
+    let mut host = HostProcess::start(&dir, "missing", &missing);
+    let (status, log) = host.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("output.topic \"no-such-output\" does not exist on the broker"),
+        "{log}"
+    );
+    let out = cojoin(&[
+        "check",
+        "--config",
+        dir.join("missing.toml").to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("PROBLEM: output.topic \"no-such-output\" does not exist"),
+        "{stdout}"
+    );
+
+    let config = join_config(&kafka.bootstrap, "hostile", &misbehave, "inner");
+    let mut host = HostProcess::start(&dir, "host", &config);
+    wait_for_stable_group(&[&host], PARTITIONS, Duration::from_secs(60));
+
+    // The misbehave fixture answers "ok <key>" to the default topic, except: giant… returns 2 MB
+    // (over the producer's 1 MB message.max.bytes), to:<topic>:… writes to <topic>, sleep<N>-…
+    // sleeps N seconds.
+    let padding = "x".repeat(300);
+    let mut keys = Vec::new();
+    for i in 0..6 {
+        keys.push(format!("giant-{i}"));
+        keys.push(format!("to:nowhere:{i}"));
+        keys.push(format!("to:orders:{i}"));
+        keys.push(format!("to:small:{i}-{padding}"));
+        keys.push(format!("sleep3600-{i}"));
+        keys.push(format!("ok-{i}"));
+    }
+    let producer = kafka.producer("murmur2_random");
+    let started = Instant::now();
+    kafka.produce(&producer, &pairs(&keys, stream::BASE_TS), None);
+
+    let mut outputs = kafka.reader("orders-paid", 1);
+    outputs.read_until("6 ok outputs", Duration::from_secs(60), |r| r.len() >= 6);
+    let mut dlq = kafka.reader("dlq", 1);
+    // Five hostile kinds, six keys each, two inputs per match.
+    let dead = dlq
+        .read_until("60 dead letters", Duration::from_secs(60), |r| {
+            r.len() >= 60
+        })
+        .to_vec();
+    let took = started.elapsed();
+    // Before: one giant output stopped the host for good (exit 2, nothing committed), and each
+    // hour-long sleep held every task of the host for as long as it slept.
+    assert!(took < Duration::from_secs(45), "took {took:?}");
+
+    let of =
+        |prefix: &str| -> Vec<_> { dead.iter().filter(|r| r.key.starts_with(prefix)).collect() };
+    let expect = |prefix: &str, kind: &str, says: &str| {
+        let records = of(prefix);
+        assert_eq!(records.len(), 12, "{prefix}: {records:?}");
+        for r in records {
+            assert_eq!(r.header("cojoin.error.kind"), Some(kind), "{r:?}");
+            let message = r.header("cojoin.error.message").unwrap_or_default();
+            assert!(message.contains(says), "{prefix}: {message}");
+            assert!(r.header("cojoin.source.offset").is_some(), "{r:?}");
+        }
+        eprintln!(
+            "{prefix}: {kind}: {}",
+            of(prefix)[0].header("cojoin.error.message").unwrap()
+        );
+    };
+    expect("giant-", "output-refused", "too large");
+    expect(
+        "to:nowhere:",
+        "output-refused",
+        "\"nowhere\" does not exist",
+    );
+    expect(
+        "to:orders:",
+        "output-refused",
+        "an input topic of this join",
+    );
+    expect("to:small:", "output-refused", "too large");
+    expect("sleep3600-", "timeout", "asked to wait 3600s");
+    // The inputs kept their values: a dead letter can be replayed.
+    assert!(dead.iter().all(|r| r.value == "{}"), "{dead:?}");
+
+    // The tasks go on: later records are joined as before.
+    let later: Vec<String> = (10..16).map(|i| format!("ok-{i}")).collect();
+    kafka.produce(&producer, &pairs(&later, stream::BASE_TS + 1_000), None);
+    let outputs = outputs
+        .read_until("12 ok outputs", Duration::from_secs(60), |r| r.len() >= 12)
+        .to_vec();
+    let mut values: Vec<&str> = outputs.iter().map(|r| r.value.as_str()).collect();
+    values.sort_unstable();
+    values.dedup();
+    assert_eq!(values.len(), 12, "{values:?}");
+    assert!(values.iter().all(|v| v.starts_with("ok ok-")), "{values:?}");
+
+    let url = format!("{}/metrics", host.admin_url(Duration::from_secs(10)));
+    let metrics = cojoin_e2e::http::get(&url).body;
+    let refused = cojoin_e2e::http::sample(&metrics, "cojoin_refused_outputs_total");
+    assert_eq!(refused, Some(24.0), "{metrics}");
+
+    // SIGTERM is obeyed at once: no call is left sleeping.
+    let stopping = Instant::now();
+    host.terminate();
+    let (status, log) = host.wait_exit(Duration::from_secs(30));
+    assert!(status.success(), "{log}");
+    eprintln!(
+        "hostile records dead-lettered in {took:?}; SIGTERM to exit {:?}",
+        stopping.elapsed()
+    );
+}
