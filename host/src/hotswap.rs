@@ -10,15 +10,17 @@ use std::time::{Duration, SystemTime};
 use crate::metrics::Metrics;
 use crate::plugin::{LoadError, PluginRegistry, PluginVersion};
 
-/// Swaps `bytes` in and counts the outcome; `source` names where they came from, for the log.
+/// Swaps `bytes` in as plugin `name` and counts the outcome; `source` names where they came
+/// from, for the log.
 pub fn swap_recorded(
     registry: &PluginRegistry,
     metrics: &Metrics,
     bytes: &[u8],
+    name: &str,
     source: &str,
 ) -> Result<Arc<PluginVersion>, LoadError> {
     let before = registry.current().generation;
-    match registry.swap(bytes) {
+    match registry.swap_named(bytes, name) {
         Ok(version) => {
             if version.generation != before {
                 metrics.update(|m| m.swaps += 1);
@@ -30,7 +32,7 @@ pub fn swap_recorded(
             metrics.update(|m| m.swaps_refused += 1);
             tracing::error!(
                 source,
-                "plugin refused, {} keeps running: {e}",
+                "plugin {name} refused, {} keeps running: {e}",
                 registry.current().label
             );
             Err(e)
@@ -118,7 +120,10 @@ impl FileWatch {
                                 match std::fs::read(&now.file) {
                                     Ok(bytes) => {
                                         let source = now.file.display().to_string();
-                                        let _ = swap_recorded(&registry, &metrics, &bytes, &source);
+                                        let name = crate::plugin::plugin_name(&now.file);
+                                        let _ = swap_recorded(
+                                            &registry, &metrics, &bytes, &name, &source,
+                                        );
                                     }
                                     Err(e) => tracing::error!(
                                         "cannot read plugin file {:?}: {e}",

@@ -373,7 +373,10 @@ fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {
     let _admin = if admin_config.enabled {
         let server = cojoin::admin::AdminServer::start(
             &admin_config,
-            host.admin_state(admin_config.token.clone()),
+            host.admin_state(
+                admin_config.token.clone(),
+                watched.is_dir().then(|| watched.clone()),
+            ),
         )?;
         tracing::info!(url = %server.url(), "admin server listening (/metrics, /healthz, /readyz, /plugins)");
         Some(server)

@@ -267,6 +267,8 @@ fn topics_with_different_partition_counts_are_refused_with_the_fix() {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("orders", 6, 1).unwrap();
     cluster.create_topic("payments", 4, 1).unwrap();
+    cluster.create_topic("orders-paid", 1, 1).unwrap();
+    cluster.create_topic("dlq", 1, 1).unwrap();
     let bootstrap = cluster.bootstrap_servers();
     let config = config(&bootstrap, "unequal");
 

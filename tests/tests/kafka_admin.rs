@@ -177,30 +177,67 @@ fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_ca
             .take(20)
             .all(|r| r.value.contains("\"by\":\"python\""))
     });
-    // 2. Back to Rust by upload to each host.
+    // /healthz is polled all through the uploads: it must answer at once while they compile.
+    let polling = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let poller = {
+        let (url, polling) = (urls[0].clone(), polling.clone());
+        std::thread::spawn(move || {
+            let mut slowest = Duration::ZERO;
+            while polling.load(std::sync::atomic::Ordering::Relaxed) {
+                let started = std::time::Instant::now();
+                assert_eq!(get(&format!("{url}/healthz")).status, 200);
+                slowest = slowest.max(started.elapsed());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            slowest
+        })
+    };
+    // 2. Back to Rust by upload to each host, named by the uploaded file.
     for url in &urls {
         let reply = request(
             "PUT",
-            &format!("{url}/plugins"),
+            &format!("{url}/plugins/order-paid-rust.wasm"),
             &std::fs::read(plugin("order_paid_rust.wasm")).unwrap(),
         );
         assert_eq!(reply.status, 200, "{}", reply.body);
         assert!(reply.body.contains(&rust_sha), "{}", reply.body);
+        let body: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(body["name"], "order-paid-rust", "{}", reply.body);
+        // plugin.path is a file here: the upload is not written anywhere, and the reply says so.
+        assert_eq!(body["persisted"], false, "{}", reply.body);
+        assert!(
+            body["note"].as_str().unwrap().contains("restarts"),
+            "{}",
+            reply.body
+        );
     }
-    // 3. A broken upload is refused and Rust keeps serving.
+    // 3. A broken upload is refused, naming the upload and the version that keeps serving.
     for url in &urls {
         let reply = request(
             "PUT",
-            &format!("{url}/plugins"),
+            &format!("{url}/plugins/broken.wasm"),
             b"\0asm garbage, not a component",
         );
         assert_eq!(reply.status, 422, "{}", reply.body);
+        let body: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
         assert!(
-            reply.body.contains(&rust_sha[..12]),
+            body["error"].as_str().unwrap().contains("plugin broken "),
+            "{}",
+            reply.body
+        );
+        assert!(
+            body["running"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("order-paid-rust@{}", &rust_sha[..12])),
             "names the version still running: {}",
             reply.body
         );
     }
+    polling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let slowest = poller.join().unwrap();
+    eprintln!("slowest /healthz during the uploads: {slowest:?}");
+    assert!(slowest < Duration::from_secs(1), "{slowest:?}");
     // Some more load after the last swap, then the windows close.
     let served = outputs.records.len();
     outputs.read_until("outputs after the swaps", Duration::from_secs(60), |r| {

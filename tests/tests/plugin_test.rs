@@ -111,7 +111,7 @@ fn inputs_of_a_trapping_plugin_are_dead_lettered_with_the_error_and_the_rest_pro
     );
     // Retried twice after the first failure (plugin.retries = 2): 3 failed calls per bad pair.
     assert!(
-        stderr.contains("failed calls 6, dead-lettered 4"),
+        stderr.contains("failed calls 6, refused outputs 0, dead-lettered 4"),
         "{stderr}"
     );
 }

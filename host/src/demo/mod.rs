@@ -115,7 +115,7 @@ pub fn run(
             bind: options.admin_bind.clone(),
             ..AdminConfig::default()
         },
-        host.admin_state(None),
+        host.admin_state(None, None),
     )?;
     println!(
         "plugin {}; admin: {}/metrics, /plugins, /healthz",

@@ -96,15 +96,21 @@ impl PluginRegistry {
     /// the version now current: the same one when `bytes` is what already runs. On error nothing
     /// changes. Blocking (compiles): run it off the async runtime.
     pub fn swap(&self, bytes: &[u8]) -> Result<Arc<PluginVersion>, LoadError> {
+        self.swap_named(bytes, &self.name)
+    }
+
+    /// [`swap`](Self::swap), naming the new version `name` (its file or upload name), so that
+    /// `/plugins`, labels and refusals say which plugin this is.
+    pub fn swap_named(&self, bytes: &[u8], name: &str) -> Result<Arc<PluginVersion>, LoadError> {
         let _serial = self.loading.lock().unwrap_or_else(|e| e.into_inner());
         let current = self.current();
-        let compiled = self.engine.compile(&self.name, bytes)?;
+        let compiled = self.engine.compile(name, bytes)?;
         if compiled.sha256 == current.sha256 {
             return Ok(current);
         }
         let version = Arc::new(PluginVersion::link(
             &self.engine,
-            &self.name,
+            name,
             current.generation + 1,
             compiled,
             self.limits.clone(),
@@ -127,7 +133,7 @@ impl PluginRegistry {
 
     /// [`PluginRegistry::swap`] with the component read from `path`.
     pub fn swap_file(&self, path: &Path) -> Result<Arc<PluginVersion>, LoadError> {
-        self.swap(&read(path)?)
+        self.swap_named(&read(path)?, &plugin_name(path))
     }
 
     fn live_slots(&self) -> Vec<Arc<StagedSlot>> {

@@ -177,13 +177,19 @@ impl Host {
         }
     }
 
-    /// What the admin server reads of this host; `token` guards every request but `/healthz`.
-    pub fn admin_state(&self, token: Option<String>) -> crate::admin::AdminState {
+    /// What the admin server reads of this host; `token` guards every request but `/healthz`;
+    /// uploads are kept in `upload_dir` (the plugin directory), if any.
+    pub fn admin_state(
+        &self,
+        token: Option<String>,
+        upload_dir: Option<std::path::PathBuf>,
+    ) -> crate::admin::AdminState {
         crate::admin::AdminState {
             metrics: self.metrics.clone(),
             registry: self.registry.clone(),
             heartbeat_ms: self.heartbeat_ms.clone(),
             token,
+            upload_dir,
         }
     }
 

@@ -188,3 +188,58 @@ fn a_worker_follows_a_swap_on_its_next_call_with_an_instance_made_ahead() {
     );
     assert_eq!(worker.version().generation, 2);
 }
+
+#[test]
+fn an_upload_into_a_plugin_directory_is_kept_where_the_watch_and_a_restart_find_it() {
+    use cojoin::admin::{route, AdminState, Request};
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        plugin_path("order_paid_rust.wasm"),
+        dir.path().join("order-paid.wasm"),
+    )
+    .unwrap();
+    let registry = PluginRegistry::from_file(
+        super::engine(),
+        &cojoin::hotswap::resolve(dir.path()).unwrap(),
+        PluginLimits::default(),
+        vec![],
+    )
+    .unwrap();
+    let state = AdminState {
+        metrics: Arc::default(),
+        registry: registry.clone(),
+        heartbeat_ms: Arc::default(),
+        token: None,
+        upload_dir: Some(dir.path().to_owned()),
+    };
+    let upload = bytes("noop.wasm");
+    // The file's mtime must be later than the first one's for "newest" to mean it.
+    std::thread::sleep(Duration::from_millis(20));
+    let reply = route(
+        Request {
+            method: "PUT",
+            target: "/plugins/noop-v2.wasm",
+            authorization: None,
+            body: &mut || Ok(upload.clone()),
+        },
+        &state,
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let kept = dir.path().join("noop-v2.wasm");
+    assert!(
+        reply.body.contains(&*kept.display().to_string()),
+        "{}",
+        reply.body
+    );
+    assert_eq!(std::fs::read(&kept).unwrap(), upload);
+    assert_eq!(registry.current().name, "noop-v2");
+    // A restart (or the watch) resolves the directory to the upload.
+    assert_eq!(cojoin::hotswap::resolve(dir.path()).unwrap(), kept);
+    // No partial file is left behind.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
