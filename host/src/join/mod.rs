@@ -11,5 +11,5 @@ pub mod state;
 mod store;
 
 pub use offsets::{CommitPoint, ReplayBounds};
-pub use order::TaskQueue;
+pub use order::{Admission, TaskQueue};
 pub use state::{JoinKind, JoinOutcome, JoinState, JoinWindow};

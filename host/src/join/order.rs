@@ -23,11 +23,22 @@ use crate::event::{Event, Side};
 /// The longest a task waits for a side whose known backlog does not arrive.
 pub const BACKLOG_WAIT_MS: i64 = 30_000;
 
-/// A buffered record; `null_key` marks a record consumed without a key (its `key` is empty), which
-/// goes through the queue like any other so that offsets are processed in order.
+/// What will become of a queued record, decided when it is pushed. Records that will not join
+/// still go through the queue, so that offsets are processed in order, but they do not wait for
+/// the other side: their timestamp orders nothing (a record stamped in the year 3000 would
+/// otherwise wait behind every record of the other side, and hold its own side's records with it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    Join,
+    /// Consumed without a key (its `key` is empty).
+    NullKey,
+    /// Stamped further ahead of the host's clock than the task accepts.
+    FutureTimestamp,
+}
+
 struct Queued {
     event: Event,
-    null_key: bool,
+    admission: Admission,
 }
 
 /// What the queue knows of a partition's end on the broker.
@@ -123,17 +134,13 @@ impl TaskQueue {
     }
 
     pub fn push(&mut self, side: Side, event: Event) {
-        self.push_queued(side, event, false);
+        self.push_admitted(side, event, Admission::Join);
     }
 
-    /// Buffers a record that had no key; [`TaskQueue::next_record`] hands it back marked.
-    pub fn push_null_key(&mut self, side: Side, event: Event) {
-        self.push_queued(side, event, true);
-    }
-
-    fn push_queued(&mut self, side: Side, event: Event, null_key: bool) {
+    /// Buffers a record; [`TaskQueue::next_record`] hands it back with its admission.
+    pub fn push_admitted(&mut self, side: Side, event: Event, admission: Admission) {
         self.next_offset[ix(side)] = Some(event.offset + 1);
-        self.queue(side).push_back(Queued { event, null_key });
+        self.queue(side).push_back(Queued { event, admission });
     }
 
     pub fn len(&self) -> usize {
@@ -183,15 +190,15 @@ impl TaskQueue {
             .map(|(side, event, _)| (side, event))
     }
 
-    /// Like [`TaskQueue::next`], also saying whether the record had no key.
-    pub fn next_record(&mut self, now_ms: i64) -> Option<(Side, Event, bool)> {
+    /// Like [`TaskQueue::next`], also giving the record's admission.
+    pub fn next_record(&mut self, now_ms: i64) -> Option<(Side, Event, Admission)> {
         let side = self.choose(now_ms)?;
         self.idle_since = None;
         let q = self
             .queue(side)
             .pop_front()
             .expect("chosen side is non-empty");
-        Some((side, q.event, q.null_key))
+        Some((side, q.event, q.admission))
     }
 
     fn choose(&mut self, now_ms: i64) -> Option<Side> {
@@ -208,6 +215,16 @@ impl TaskQueue {
                 // the same matched/unmatched state the previous owner had.
                 _ => None,
             };
+        }
+        // A record that will not join is taken as soon as it is at the front.
+        for side in [Side::Left, Side::Right] {
+            if self
+                .queue_ref(side)
+                .front()
+                .is_some_and(|q| q.admission != Admission::Join)
+            {
+                return Some(side);
+            }
         }
         match (self.left.front(), self.right.front()) {
             (Some(_), Some(_)) => Some(self.older()),
@@ -248,6 +265,29 @@ impl TaskQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_that_will_not_join_does_not_wait_for_the_other_side() {
+        let mut q = TaskQueue::new(1_000);
+        // Stamped far ahead, then an ordinary record behind it on the same side; the other
+        // side has an older record and then nothing.
+        q.push_admitted(Side::Left, ev(0, i64::MAX / 2), Admission::FutureTimestamp);
+        q.push(Side::Left, ev(1, 100));
+        q.push(Side::Right, ev(0, 50));
+        let order: Vec<_> = std::iter::from_fn(|| q.next_record(0))
+            .map(|(side, e, a)| (side, e.offset, a))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                (Side::Left, 0, Admission::FutureTimestamp),
+                (Side::Right, 0, Admission::Join),
+            ]
+        );
+        // The ordinary record waits for the empty side as usual.
+        assert!(q.next_record(999).is_none());
+        assert_eq!(q.next_record(1_000).map(|(_, e, _)| e.offset), Some(1));
+    }
 
     fn ev(offset: i64, ts: i64) -> Event {
         Event {

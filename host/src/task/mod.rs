@@ -16,7 +16,7 @@ use std::time::Duration;
 use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
 use crate::event::{Event, OutputRecord, Side};
 use crate::join::{
-    CommitPoint, JoinKind, JoinOutcome, JoinState, JoinWindow, ReplayBounds, TaskQueue,
+    Admission, CommitPoint, JoinKind, JoinOutcome, JoinState, JoinWindow, ReplayBounds, TaskQueue,
 };
 
 /// A failed action call, as the dead-letter headers will describe it.
@@ -281,13 +281,18 @@ impl PartitionTask {
     }
 
     /// Buffers a consumed record; `has_key: false` for a record without a key (its `key` empty).
+    /// A record that will not join (no key, stamped too far ahead) is marked now, so that it does
+    /// not wait in timestamp order.
     pub fn push(&mut self, side: Side, event: Event, has_key: bool) {
         self.next_offset[ix(side)] = event.offset + 1;
-        if has_key {
-            self.queue.push(side, event);
+        let admission = if !has_key {
+            Admission::NullKey
+        } else if event.timestamp > self.latest_timestamp_ms {
+            Admission::FutureTimestamp
         } else {
-            self.queue.push_null_key(side, event);
-        }
+            Admission::Join
+        };
+        self.queue.push_admitted(side, event, admission);
     }
 
     /// End offsets (high watermarks) of the left and right partitions as the consumer last saw
@@ -339,13 +344,13 @@ impl PartitionTask {
         let mut batch = Batch::default();
         let mut outcomes = Vec::new();
         while self.halted.is_none() {
-            let Some((side, event, null_key)) = self.queue.next_record(now_ms) else {
+            let Some((side, event, admission)) = self.queue.next_record(now_ms) else {
                 break;
             };
             let offset = event.offset;
             self.counters.records += 1;
             let replay = self.queue.is_replay(side, offset);
-            if null_key {
+            if admission == Admission::NullKey {
                 self.counters.null_keys += 1;
                 if !replay {
                     self.reject(
@@ -355,7 +360,9 @@ impl PartitionTask {
                         event,
                     );
                 }
-            } else if event.timestamp > self.latest_timestamp_ms {
+            } else if admission == Admission::FutureTimestamp
+                || event.timestamp > self.latest_timestamp_ms
+            {
                 // A record from the far future would move stream time past every window: all
                 // that follows would be late, across restarts. It is kept out of the join.
                 self.counters.future_timestamps += 1;

@@ -52,6 +52,8 @@ pub fn replay(
     action: &mut dyn Action,
 ) -> Result<ReplayResult, ReplayError> {
     let policy = task_policy(config);
+    // A recording is judged against the clock of the replay, as a host would judge it live.
+    let wall_clock = crate::admin::now_ms() as i64;
     let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();
     for (n, line) in lines.lines().enumerate() {
         if line.trim().is_empty() {
@@ -84,7 +86,11 @@ pub fn replay(
         let start = [CommitPoint::new(0, [], None); 2];
         tasks
             .entry(event.partition)
-            .or_insert_with(|| PartitionTask::new(event.partition, policy.clone(), start))
+            .or_insert_with(|| {
+                let mut task = PartitionTask::new(event.partition, policy.clone(), start);
+                task.set_wall_clock(wall_clock);
+                task
+            })
             .push(side, event, has_key);
     }
     let mut result = ReplayResult {
@@ -92,8 +98,6 @@ pub fn replay(
         counters: TaskCounters::default(),
         halted: Vec::new(),
     };
-    // A recording is judged against the clock of the replay, as a host would judge it live.
-    let wall_clock = crate::admin::now_ms() as i64;
     for task in tasks.values_mut() {
         // The recording is complete: when one partition runs dry, let the idle wait pass at
         // once rather than wait for records that will never come.

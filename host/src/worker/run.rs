@@ -435,6 +435,7 @@ impl Host {
                 left_processed_through = ?start[0].processed_through, right_processed_through = ?start[1].processed_through,
                 "task assigned");
             let mut task = PartitionTask::new(p, policy.clone(), start);
+            task.set_wall_clock(crate::admin::now_ms() as i64);
             // The consumer's cached end offsets may predate this assignment (kept from an earlier
             // one): the broker's answer now is the floor below which they are not trusted.
             task.set_end_offset_floors([left, right].map(|t| {

@@ -35,7 +35,7 @@ fn a_leaking_python_instance_is_recycled_before_its_cap_and_no_call_fails() {
         .unwrap();
     let start = worker.memory_bytes();
     // 1 KB values: each call returns ~2 KB, leaked; 20,000 calls leak ~40 MB, past the cap.
-    let (calls, mut peak) = (20_000, 0);
+    let (calls, mut peak, mut recycle_calls) = (20_000, 0, Vec::new());
     let started = Instant::now();
     for i in 0..calls {
         let key = format!("k{i}");
@@ -43,9 +43,13 @@ fn a_leaking_python_instance_is_recycled_before_its_cap_and_no_call_fails() {
             event_with("orders", &key, i, 1000),
             event_with("payments", &key, i, 1000),
         );
+        let (recycles, call_started) = (worker.recycles(), Instant::now());
         let out = worker
             .on_match(key.as_bytes(), &a, &b)
             .unwrap_or_else(|e| panic!("call {i} failed: {e}"));
+        if worker.recycles() > recycles {
+            recycle_calls.push(call_started.elapsed());
+        }
         assert_eq!(out.len(), 1);
         peak = peak.max(worker.memory_bytes());
     }
@@ -54,7 +58,7 @@ fn a_leaking_python_instance_is_recycled_before_its_cap_and_no_call_fails() {
     assert!(peak <= cap, "peak {peak} over the cap {cap}");
     assert_eq!(worker.restarts(), 0, "no call trapped");
     eprintln!(
-        "{calls} calls in {took:?}: instance started at {start} bytes, peaked at {peak}, recycled {} times",
+        "{calls} calls in {took:?}: instance started at {start} bytes, peaked at {peak}, recycled {} times; the calls that recycled took {recycle_calls:?}",
         worker.recycles()
     );
 }
