@@ -85,7 +85,7 @@ fn measure(held_events: i64, value_bytes: usize, share_keys: bool, shuffle: bool
     let before = LIVE.load(Relaxed);
     let mut state = JoinState::new(window, JoinKind::Inner);
     for i in 0..held_events {
-        // Built as the consumer builds them (`worker::run::event_of`): exact-size payloads.
+        // Built as the consumer builds them (`kafka::source::event_of`): exact-size payloads.
         let side = if i % 2 == 0 { Side::Left } else { Side::Right };
         let k = if share_keys { i / 2 } else { i };
         let e = Event {

@@ -34,7 +34,7 @@ fn on_match(c: &mut Criterion) {
             vec![],
         )
         .unwrap();
-        let mut worker = registry.worker().unwrap();
+        let mut worker = registry.handle().unwrap();
         g.bench_function(label, |bench| {
             bench.iter(|| worker.on_match(&a.key, &a, &b).unwrap())
         });

@@ -56,7 +56,7 @@ fn main() {
             vec![],
         )
         .unwrap();
-        let mut worker = registry.worker().unwrap();
+        let mut worker = registry.handle().unwrap();
         let started = Instant::now();
         let mut calls = 0u64;
         while started.elapsed() < Duration::from_secs(5) {
@@ -125,7 +125,7 @@ fn main() {
                     let started = Instant::now();
                     let r = PluginRegistry::new(e, file, PluginLimits::default(), vec![], &bytes)
                         .unwrap();
-                    let mut w = r.worker().unwrap();
+                    let mut w = r.handle().unwrap();
                     w.on_match(&a.key, &a, &b).unwrap();
                     started.elapsed()
                 })

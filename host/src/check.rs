@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::Config;
 use crate::kafka::assignment;
@@ -78,13 +78,8 @@ fn describe(p: &[Partitioner]) -> &'static str {
 pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let (left, right) = (config.join.left.as_str(), config.join.right.as_str());
-    let mut client = ClientConfig::new();
-    client.set("bootstrap.servers", &config.kafka.bootstrap_servers);
-    client.set("group.id", format!("{}-check", config.kafka.group_id));
-    client.set("enable.auto.commit", "false");
-    for (k, v) in &config.kafka.options {
-        client.set(k, v);
-    }
+    let client =
+        crate::kafka::client::reader(&config.kafka, &format!("{}-check", config.kafka.group_id));
     let consumer: BaseConsumer = client.create().context("creating a Kafka client")?;
     let metadata = consumer.fetch_metadata(None, TIMEOUT).with_context(|| {
         format!(

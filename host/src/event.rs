@@ -106,3 +106,37 @@ mod tests {
         assert!(printable_key(&[0u8; 40]).ends_with('…'));
     }
 }
+
+/// Why a plugin call produced no records, as dead-letter headers, logs and metrics name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailureKind {
+    /// The plugin returned `err(message)`; its instance is kept.
+    PluginError,
+    /// The call ran past its deadline (or out of fuel), or asked to wait past it.
+    Timeout,
+    /// The plugin tried to grow its memory past the cap.
+    Memory,
+    /// Any other trap: a panic, `unreachable`, an out-of-bounds access.
+    Crash,
+    /// No instance could be made to take the call (instantiation or `init` failed).
+    Unavailable,
+}
+
+impl FailureKind {
+    /// The label: `plugin-error`, `timeout`, `memory`, `crash` or `unavailable`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::PluginError => "plugin-error",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Memory => "memory",
+            FailureKind::Crash => "crash",
+            FailureKind::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -10,14 +10,18 @@
 //! - [`join`]: the pure join core — windowed state, record order within a task, offsets.
 //! - [`hotswap`]: swapping the running plugin from a watched file or an upload, counted in metrics.
 //! - [`json`]: the JSON forms of events and outputs used by the command line.
-//! - [`kafka`]: the Kafka side's pure parts — co-partitioning checks, producer partitioners.
+//! - [`kafka`]: the Kafka side — client configuration, the source (consumer, rebalances, commits),
+//!   the sink (outputs and dead letters, acknowledgements, refusals), and its pure parts:
+//!   co-partitioning checks and producer partitioners.
 //! - [`metrics`]: what a running host counts, rendered in Prometheus' text format.
 //! - [`plugin`]: the WebAssembly side — engine, sandbox, instances, hot-swap registry.
 //!   It depends on `event` only; the Kafka side will not import it, nor it the Kafka side.
+//! - [`replay`]: `cojoin plugin test` — a recorded stream through the real tasks and plugin.
+//! - [`run`]: `cojoin run` — the loop from the Kafka source through the tasks and the plugin to
+//!   the Kafka sink; the plugin as a task's action.
 //! - [`task`]: `PartitionTask`, one co-partitioned task: join core + an action, emitting what to
 //!   produce and what to commit. Pure; the plugin is behind its `Action` trait.
-//! - [`worker`]: where the two sides meet — the plugin as a task's action, the offline replay of
-//!   `cojoin plugin test`, and `cojoin run` (rdkafka consumer and producer around the tasks).
+//! - [`wiring`]: the config turned into task policies and plugin limits.
 //! - `main.rs`: the `cojoin` command line.
 
 pub mod admin;
@@ -31,5 +35,7 @@ pub mod json;
 pub mod kafka;
 pub mod metrics;
 pub mod plugin;
+pub mod replay;
+pub mod run;
 pub mod task;
-pub mod worker;
+pub mod wiring;

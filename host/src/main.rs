@@ -165,7 +165,13 @@ fn main() -> ExitCode {
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("COJOIN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,cojoin::plugin=info"));
+        // By default, warnings and one line for each thing an operator follows: the admin URL,
+        // joining the group, tasks assigned and revoked, plugin loads and swaps.
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(
+                "warn,cojoin::plugin=info,cojoin::run=info,cojoin::hotswap=info",
+            )
+        });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -239,7 +245,7 @@ fn plugin_call(args: CallArgs) -> Result<ExitCode> {
     };
     let cache_dir = args.limits.cache_dir.or_else(default_cache_dir);
     let registry = open_registry(&args.plugin, limits, cache_dir, parse_config(&args.config)?)?;
-    let mut worker = registry.worker()?;
+    let mut worker = registry.handle()?;
     let result = match (&a, &b) {
         (Some(a), Some(b)) => {
             if a.key != b.key {
@@ -276,12 +282,7 @@ fn load_plugin(
     config_path: &std::path::Path,
     wasm: Option<&std::path::Path>,
 ) -> Result<std::sync::Arc<PluginRegistry>> {
-    let limits = PluginLimits {
-        deadline: config.plugin.deadline,
-        memory_bytes: config.plugin.memory_mib << 20,
-        fuel: config.plugin.fuel,
-        ..PluginLimits::default()
-    };
+    let limits = cojoin::wiring::plugin_limits(config);
     let path = match wasm {
         Some(p) => p.to_owned(),
         None => cojoin::hotswap::resolve(&configured_plugin_path(config, config_path))
@@ -353,23 +354,35 @@ fn check(config_path: &std::path::Path, sample: usize) -> Result<ExitCode> {
     })
 }
 
+/// A flag set by the first SIGINT/SIGTERM (saying `first`); the second exits at once (130).
+fn on_signal(
+    first: &'static str,
+    second: &'static str,
+) -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    ctrlc::set_handler(move || {
+        if flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            eprintln!("{second}");
+            std::process::exit(130);
+        }
+        eprintln!("{first}");
+    })
+    .context("installing the signal handler")?;
+    Ok(stop)
+}
+
 fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {
     let mut config = cojoin::config::Config::from_file(config_path)?;
     let registry = load_plugin(&config, config_path, None)?;
-    let shutdown = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = shutdown.clone();
-    ctrlc::set_handler(move || {
-        if flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            eprintln!("second signal: exiting at once (uncommitted work will be replayed)");
-            std::process::exit(130);
-        }
-        eprintln!("shutting down: finishing the round, committing, leaving the group");
-    })
-    .context("installing the signal handler")?;
+    let shutdown = on_signal(
+        "shutting down: finishing the round, committing, leaving the group",
+        "second signal: exiting at once (uncommitted work will be replayed)",
+    )?;
     let watched = configured_plugin_path(&config, config_path);
     let watch = config.plugin.watch;
     let admin_config = std::mem::take(&mut config.admin);
-    let host = cojoin::worker::run::Host::new(config, registry.clone());
+    let host = cojoin::run::Host::new(config, registry.clone());
     let _admin = if admin_config.enabled {
         let server = cojoin::admin::AdminServer::start(
             &admin_config,
@@ -378,7 +391,7 @@ fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {
                 watched.is_dir().then(|| watched.clone()),
             ),
         )?;
-        tracing::info!(url = %server.url(), "admin server listening (/metrics, /healthz, /readyz, /plugins)");
+        tracing::info!(target: "cojoin::run", url = %server.url(), "admin server listening (/metrics, /healthz, /readyz, /plugins)");
         Some(server)
     } else {
         None
@@ -409,15 +422,10 @@ fn demo(args: DemoArgs) -> Result<ExitCode> {
         default_cache_dir(),
         vec![],
     )?;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = stop.clone();
-    ctrlc::set_handler(move || {
-        if flag.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-        eprintln!("stopping: the summary follows (Ctrl-C again to exit at once)");
-    })
-    .context("installing the signal handler")?;
+    let stop = on_signal(
+        "stopping: the summary follows (Ctrl-C again to exit at once)",
+        "second signal: exiting at once",
+    )?;
     let options = cojoin::demo::DemoOptions {
         events: args.events,
         seed: args.seed,
@@ -466,8 +474,8 @@ fn plugin_test(args: TestArgs) -> Result<ExitCode> {
     let events = std::fs::read_to_string(&args.events)
         .with_context(|| format!("cannot read events file {:?}", args.events))?;
     let registry = load_plugin(&config, &args.config, Some(&args.plugin))?;
-    let mut worker = cojoin::worker::action::MeteredWorker::new(registry.worker()?);
-    let result = cojoin::worker::replay::replay(&config, &events, &mut worker)
+    let mut worker = cojoin::run::action::MeteredAction::new(registry.handle()?);
+    let result = cojoin::replay::replay(&config, &events, &mut worker)
         .with_context(|| format!("events file {:?}", args.events))?;
     let dlq = config.output.dead_letter_topic.clone();
     for emit in &result.emits {

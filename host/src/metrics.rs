@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::event::FailureKind;
 use crate::task::TaskCounters;
 
 /// Upper bounds (seconds) of the plugin call latency histogram: 5 µs to 1 s.
@@ -23,13 +24,13 @@ pub struct CallStats {
     pub buckets: [u64; LATENCY_BUCKETS.len() + 1],
     pub count: u64,
     pub sum_seconds: f64,
-    pub failures: BTreeMap<&'static str, u64>,
+    pub failures: BTreeMap<FailureKind, u64>,
     /// Instances replaced because they had grown past their recycling size (not failures).
     pub recycles: u64,
 }
 
 impl CallStats {
-    pub fn observe(&mut self, took: Duration, failure: Option<&'static str>) {
+    pub fn observe(&mut self, took: Duration, failure: Option<FailureKind>) {
         let s = took.as_secs_f64();
         let i = LATENCY_BUCKETS
             .iter()
@@ -50,7 +51,7 @@ impl CallStats {
         self.count += other.count;
         self.sum_seconds += other.sum_seconds;
         for (kind, n) in &other.failures {
-            *self.failures.entry(kind).or_default() += n;
+            *self.failures.entry(*kind).or_default() += n;
         }
         self.recycles += other.recycles;
     }
@@ -333,7 +334,7 @@ mod tests {
         for us in [3, 8, 8, 40, 2_000_000] {
             stats.observe(Duration::from_micros(us), None);
         }
-        stats.observe(Duration::from_micros(8), Some("crash"));
+        stats.observe(Duration::from_micros(8), Some(FailureKind::Crash));
         assert_eq!(&stats.buckets[..4], &[1, 3, 0, 1]);
         assert_eq!(
             stats.buckets[LATENCY_BUCKETS.len()],
@@ -342,7 +343,7 @@ mod tests {
         );
         assert_eq!(stats.quantile(0.5), Some(0.000_01));
         assert_eq!(stats.quantile(0.99), Some(f64::INFINITY));
-        assert_eq!(stats.failures.get("crash"), Some(&1));
+        assert_eq!(stats.failures.get(&FailureKind::Crash), Some(&1));
         assert_eq!(CallStats::default().quantile(0.5), None);
     }
 
@@ -361,7 +362,7 @@ mod tests {
         );
         let mut stats = CallStats::default();
         stats.observe(Duration::from_micros(3), None);
-        stats.observe(Duration::from_micros(40), Some("timeout"));
+        stats.observe(Duration::from_micros(40), Some(FailureKind::Timeout));
         s.calls.insert("odd\"name@abc".into(), stats);
         let text = render(&s);
         for line in [

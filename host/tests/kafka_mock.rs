@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use cojoin::config::Config;
 use cojoin::plugin::{EngineOptions, PluginEngine, PluginLimits, PluginRegistry};
-use cojoin::worker::run::Host;
+use cojoin::run::Host;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;

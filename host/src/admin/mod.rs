@@ -282,7 +282,12 @@ fn plugins_json(state: &AdminState) -> serde_json::Value {
         .unwrap_or(0.0);
     let (calls, failures, swaps, refused) = state.metrics.read(|m| {
         let stats = m.calls.get(&*v.label).cloned().unwrap_or_default();
-        (stats.count, stats.failures, m.swaps, m.swaps_refused)
+        let failures: std::collections::BTreeMap<&str, u64> = stats
+            .failures
+            .iter()
+            .map(|(k, n)| (k.as_str(), *n))
+            .collect();
+        (stats.count, failures, m.swaps, m.swaps_refused)
     });
     json!({
         "name": v.name,

@@ -3,7 +3,7 @@
 //! time; a `cojoin run` host (the same code, in a thread) joins them with the given plugin; this
 //! module reads the output topic, prints every result as it arrives and ends with a summary.
 //!
-//! It connects the Kafka side and the plugin side only through `worker::run::Host`, as `run` does.
+//! It connects the Kafka side and the plugin side only through `run::Host`, as `run` does.
 
 pub mod stream;
 
@@ -23,7 +23,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use crate::admin::AdminServer;
 use crate::config::{AdminConfig, Config};
 use crate::plugin::PluginRegistry;
-use crate::worker::run::Host;
+use crate::run::Host;
 use stream::{Fate, EVENT_MS_PER_REAL_MS, GRACE_MS, WINDOW_MS};
 
 const PARTITIONS: i32 = 3;
@@ -319,23 +319,12 @@ pub fn produce_stream(
             producer.poll(wait);
         }
         let topic = if p.is_order { "orders" } else { "payments" };
-        let mut record = BaseRecord::to(topic)
+        let record = BaseRecord::to(topic)
             .key(&p.key)
             .payload(&p.value)
             .timestamp(base_ts + p.timestamp);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((e, back))
-                    if e.rdkafka_error_code()
-                        == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) =>
-                {
-                    record = back;
-                    producer.poll(Duration::from_millis(10));
-                }
-                Err((e, _)) => return Err(e).with_context(|| format!("producing to {topic}")),
-            }
-        }
+        crate::kafka::sink::send_with_room(producer, record)
+            .with_context(|| format!("producing to {topic}"))?;
         sent(&p.key);
         count += 1;
     }

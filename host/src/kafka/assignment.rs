@@ -1,8 +1,8 @@
 //! Co-partitioning: partition p of the left topic and partition p of the right topic form task p,
 //! and must be owned by the same host. The range assignor guarantees it when every member subscribes
 //! to both topics and the partition counts are equal; it fails silently otherwise, so both are
-//! checked — counts at startup (and on every assignment, as topics can grow), pairs on every
-//! assignment.
+//! checked — counts when a host starts (`run` and `check`), pairs on every assignment. A topic
+//! that grows while hosts run is not noticed until a host restarts.
 
 use std::collections::BTreeSet;
 

@@ -1,6 +1,12 @@
-//! The Kafka side's pure parts: co-partitioning checks on metadata and assignments, and the
-//! producer partitioners whose mismatch breaks a join. The consumer and producer live in
-//! [`crate::worker::run`]; nothing here imports the plugin runtime.
+//! The Kafka side. [`client`] configures the librdkafka clients; [`source`] is the consumer
+//! (records, rebalances, end offsets, commits) and [`sink`] the producer (outputs, dead letters,
+//! acknowledgements, refusals); the run loop ([`crate::run`]) ties them to the tasks. The pure
+//! parts: co-partitioning checks on metadata and assignments ([`assignment`]), and the producer
+//! partitioners whose mismatch breaks a join ([`partitioner`]). Nothing here imports the plugin
+//! runtime.
 
 pub mod assignment;
+pub mod client;
 pub mod partitioner;
+pub mod sink;
+pub mod source;

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::event::FailureKind;
+
 /// Why a trapped call stopped. After any trap the instance is discarded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -21,6 +23,16 @@ impl TrapKind {
             TrapKind::Timeout => "timeout",
             TrapKind::Memory => "memory",
             TrapKind::Crash => "crash",
+        }
+    }
+}
+
+impl From<TrapKind> for FailureKind {
+    fn from(kind: TrapKind) -> Self {
+        match kind {
+            TrapKind::Timeout => FailureKind::Timeout,
+            TrapKind::Memory => FailureKind::Memory,
+            TrapKind::Crash => FailureKind::Crash,
         }
     }
 }
@@ -51,13 +63,12 @@ pub enum CallError {
 }
 
 impl CallError {
-    /// A short label for metrics and dead-letter headers: `plugin-error`, `timeout`, `memory`,
-    /// `crash` or `unavailable`.
-    pub fn kind(&self) -> &'static str {
+    /// What kind of failure this is, for metrics, logs and dead-letter headers.
+    pub fn kind(&self) -> FailureKind {
         match self {
-            CallError::Plugin { .. } => "plugin-error",
-            CallError::Trap { kind, .. } => kind.as_str(),
-            CallError::Unavailable { .. } => "unavailable",
+            CallError::Plugin { .. } => FailureKind::PluginError,
+            CallError::Trap { kind, .. } => (*kind).into(),
+            CallError::Unavailable { .. } => FailureKind::Unavailable,
         }
     }
 

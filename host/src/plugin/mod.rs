@@ -22,4 +22,4 @@ pub use engine::{EngineOptions, PluginEngine};
 pub use error::{CallError, LoadError, TrapKind};
 pub use instance::{PluginInstance, PluginVersion};
 pub use limits::PluginLimits;
-pub use registry::{plugin_name, PluginRegistry, PluginWorker};
+pub use registry::{plugin_name, PluginHandle, PluginRegistry};

@@ -1,5 +1,5 @@
 //! Hot swap: the registry holds the current version of one plugin and replaces it atomically; each
-//! worker holds a `PluginWorker` that switches to the newest version between calls.
+//! worker holds a `PluginHandle` that switches to the newest version between calls.
 //!
 //! A load compiles, links and validates (instantiate + `init`) before publishing, so a broken file
 //! never replaces a working one. Before publishing it also instantiates one instance per worker and
@@ -143,7 +143,7 @@ impl PluginRegistry {
     }
 
     /// A handle for one worker, with its own instance of the current version.
-    pub fn worker(self: &Arc<Self>) -> Result<PluginWorker, LoadError> {
+    pub fn handle(self: &Arc<Self>) -> Result<PluginHandle, LoadError> {
         let slot = Arc::new(StagedSlot::default());
         self.slots
             .lock()
@@ -155,7 +155,7 @@ impl PluginRegistry {
             Some(instance) if instance.version().generation == current.generation => instance,
             _ => current.instantiate()?,
         };
-        Ok(PluginWorker {
+        Ok(PluginHandle {
             registry: self.clone(),
             slot,
             instance,
@@ -190,13 +190,13 @@ fn log_published(version: &PluginVersion) {
 
 /// One worker's access to the plugin: calls go to its own instance; between calls it moves to the
 /// newest published version. Generations only move forward.
-pub struct PluginWorker {
+pub struct PluginHandle {
     registry: Arc<PluginRegistry>,
     slot: Arc<StagedSlot>,
     instance: PluginInstance,
 }
 
-impl PluginWorker {
+impl PluginHandle {
     /// The version that answered the last call (and will answer the next, unless a swap lands).
     pub fn version(&self) -> &Arc<PluginVersion> {
         self.instance.version()

@@ -4,8 +4,9 @@
 //! produce, dead letters, and what to commit. No I/O of its own.
 //!
 //! The I/O layer's loop, per task: `push` consumed records; `run` to get a [`Batch`]; produce the
-//! batch and wait for every acknowledgement; `acknowledge` it; from time to time commit
-//! `commit_points`. Records count as processed only once their batch is acknowledged.
+//! batch and wait for every acknowledgement; `acknowledge` it; then take `commit_points` (every
+//! round: they scan the held events), which the I/O layer commits every second. Records count as
+//! processed only once their batch is acknowledged.
 //! [`pool`] runs a round of tasks on several actions at once.
 
 pub mod pool;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
-use crate::event::{Event, OutputRecord, Side};
+use crate::event::{Event, FailureKind, OutputRecord, Side};
 use crate::join::{
     Admission, CommitPoint, JoinKind, JoinOutcome, JoinState, JoinWindow, ReplayBounds, TaskQueue,
 };
@@ -22,8 +23,7 @@ use crate::join::{
 /// A failed action call, as the dead-letter headers will describe it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ActionFailure {
-    /// `plugin-error`, `timeout`, `memory`, `crash`, `unavailable`.
-    pub kind: &'static str,
+    pub kind: FailureKind,
     pub message: String,
 }
 
@@ -120,7 +120,7 @@ impl DeadLetterReason {
             DeadLetterReason::FutureTimestamp => "future-timestamp",
             DeadLetterReason::NullKey => "null-key",
             DeadLetterReason::Tombstone => "tombstone",
-            DeadLetterReason::Failed { failure, .. } => failure.kind,
+            DeadLetterReason::Failed { failure, .. } => failure.kind.as_str(),
             DeadLetterReason::OutputRefused { .. } => "output-refused",
         }
     }

@@ -21,7 +21,7 @@ impl Action for FakePlugin {
             .push(format!("match {k} {}+{}", left.offset, right.offset));
         if k.starts_with("bad") {
             return Err(ActionFailure {
-                kind: "crash",
+                kind: crate::event::FailureKind::Crash,
                 message: "boom".into(),
             });
         }

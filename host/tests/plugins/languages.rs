@@ -16,7 +16,7 @@ fn order_paid_produces_the_same_records_in_every_language() {
             PluginLimits::default(),
             &[],
         )
-        .worker()
+        .handle()
         .unwrap();
         let (order, payment) = (event("orders", "o-7", 10), event("payments", "o-7", 12));
         let out = worker.on_match(b"o-7", &order, &payment).unwrap();
@@ -59,7 +59,7 @@ fn non_json_values_and_tombstones_reach_the_plugin_intact() {
             PluginLimits::default(),
             &[],
         )
-        .worker()
+        .handle()
         .unwrap();
         let mut order = event("orders", "o-1", 1);
         order.value = Some(b"plain text".to_vec().into());

@@ -31,7 +31,7 @@ fn a_leaking_python_instance_is_recycled_before_its_cap_and_no_call_fails() {
         ..PluginLimits::default()
     };
     let mut worker = registry("order_paid_python.wasm", limits, &[])
-        .worker()
+        .handle()
         .unwrap();
     let start = worker.memory_bytes();
     // 1 KB values: each call returns ~2 KB, leaked; 20,000 calls leak ~40 MB, past the cap.

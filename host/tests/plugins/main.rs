@@ -1,6 +1,7 @@
 //! Plugin runtime tests against real components built by `make plugins` (Rust, Python, JS and the
 //! `misbehave` fixture). One test binary; helpers below.
 
+mod admin;
 mod languages;
 mod leak;
 mod loading;

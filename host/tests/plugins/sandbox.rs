@@ -3,6 +3,7 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
+use cojoin::event::FailureKind;
 use cojoin::plugin::{CallError, PluginLimits, TrapKind};
 
 use super::{event, registry};
@@ -16,7 +17,7 @@ fn limits() -> PluginLimits {
 }
 
 fn call(
-    worker: &mut cojoin::plugin::PluginWorker,
+    worker: &mut cojoin::plugin::PluginHandle,
     key: &str,
 ) -> Result<Vec<cojoin::event::OutputRecord>, CallError> {
     worker.on_match(
@@ -35,7 +36,7 @@ fn trap_kind(result: Result<Vec<cojoin::event::OutputRecord>, CallError>) -> Tra
 
 #[test]
 fn a_looping_call_is_stopped_at_its_deadline_and_the_next_call_gets_a_fresh_instance() {
-    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    let mut worker = registry("misbehave.wasm", limits(), &[]).handle().unwrap();
     let started = Instant::now();
     assert_eq!(trap_kind(call(&mut worker, "loop-1")), TrapKind::Timeout);
     let took = started.elapsed();
@@ -65,9 +66,9 @@ fn a_memory_bomb_hits_the_cap_and_is_classified_as_memory() {
         deadline: Duration::from_secs(20),
         ..limits()
     };
-    let mut worker = registry("misbehave.wasm", limits, &[]).worker().unwrap();
+    let mut worker = registry("misbehave.wasm", limits, &[]).handle().unwrap();
     let err = call(&mut worker, "bomb-1").unwrap_err();
-    assert_eq!(err.kind(), "memory", "{err}");
+    assert_eq!(err.kind(), FailureKind::Memory, "{err}");
     assert!(
         err.message().contains("memory cap of 67108864 bytes"),
         "{err}"
@@ -78,7 +79,7 @@ fn a_memory_bomb_hits_the_cap_and_is_classified_as_memory() {
 
 #[test]
 fn a_panic_is_a_crash_trap_and_the_instance_is_rebuilt() {
-    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    let mut worker = registry("misbehave.wasm", limits(), &[]).handle().unwrap();
     assert_eq!(trap_kind(call(&mut worker, "panic-1")), TrapKind::Crash);
     assert!(call(&mut worker, "ok-3").is_ok());
     assert_eq!(trap_kind(call(&mut worker, "panic-2")), TrapKind::Crash);
@@ -88,9 +89,9 @@ fn a_panic_is_a_crash_trap_and_the_instance_is_rebuilt() {
 
 #[test]
 fn a_panic_s_own_text_is_in_the_trap_message() {
-    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    let mut worker = registry("misbehave.wasm", limits(), &[]).handle().unwrap();
     let err = call(&mut worker, "panic-7").unwrap_err();
-    assert_eq!(err.kind(), "crash", "{err}");
+    assert_eq!(err.kind(), FailureKind::Crash, "{err}");
     assert!(
         err.message().contains("fixture panic for key panic-7"),
         "{err}"
@@ -105,11 +106,11 @@ fn a_panic_s_own_text_is_in_the_trap_message() {
 
 #[test]
 fn a_sleep_past_the_deadline_traps_as_timeout_at_once_and_a_short_one_runs() {
-    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    let mut worker = registry("misbehave.wasm", limits(), &[]).handle().unwrap();
     let started = Instant::now();
     let err = call(&mut worker, "sleep60-1").unwrap_err();
     let took = started.elapsed();
-    assert_eq!(err.kind(), "timeout", "{err}");
+    assert_eq!(err.kind(), FailureKind::Timeout, "{err}");
     assert!(err.message().contains("asked to wait 60s"), "{err}");
     // Before the fix the call slept its 60 s under a 200 ms deadline.
     assert!(took < Duration::from_secs(1), "took {took:?}");
@@ -144,7 +145,7 @@ fn an_init_that_sleeps_past_its_deadline_fails_at_once() {
 
 #[test]
 fn an_error_return_is_a_plugin_error_and_keeps_the_instance() {
-    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    let mut worker = registry("misbehave.wasm", limits(), &[]).handle().unwrap();
     match call(&mut worker, "error-1") {
         Err(CallError::Plugin { message, .. }) => {
             assert_eq!(message, "fixture error for key error-1")
@@ -157,7 +158,7 @@ fn an_error_return_is_a_plugin_error_and_keeps_the_instance() {
 
 #[test]
 fn on_expire_is_limited_like_on_match() {
-    let mut worker = registry("misbehave.wasm", limits(), &[]).worker().unwrap();
+    let mut worker = registry("misbehave.wasm", limits(), &[]).handle().unwrap();
     let err = worker
         .on_expire(
             b"loop-2",
@@ -165,7 +166,7 @@ fn on_expire_is_limited_like_on_match() {
             cojoin::event::Side::Left,
         )
         .unwrap_err();
-    assert_eq!(err.kind(), "timeout");
+    assert_eq!(err.kind(), FailureKind::Timeout);
 }
 
 #[test]
@@ -188,10 +189,10 @@ fn fuel_stops_a_loop_when_enabled() {
         vec![],
     )
     .unwrap();
-    let mut worker = registry.worker().unwrap();
+    let mut worker = registry.handle().unwrap();
     let started = Instant::now();
     let err = call(&mut worker, "loop-3").unwrap_err();
-    assert_eq!(err.kind(), "timeout", "{err}");
+    assert_eq!(err.kind(), FailureKind::Timeout, "{err}");
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "fuel, not the deadline, stopped it"
@@ -206,7 +207,7 @@ fn a_plugin_can_read_no_file_no_environment_and_open_no_socket() {
     listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let mut worker = registry("misbehave.wasm", limits(), &[("connect", &addr)])
-        .worker()
+        .handle()
         .unwrap();
 
     let out = call(&mut worker, "escape-1").expect("the escape attempt returns its report");

@@ -31,7 +31,7 @@ fn every_call_is_answered_once_by_one_version_while_versions_swap() {
     let (tx, rx) = mpsc::channel::<Result<Answer, String>>();
     let mut threads = Vec::new();
     for w in 0..WORKERS {
-        let mut worker = registry.worker().unwrap();
+        let mut worker = registry.handle().unwrap();
         let (stop, tx) = (stop.clone(), tx.clone());
         threads.push(std::thread::spawn(move || {
             let mut n = 0u64;
@@ -170,7 +170,7 @@ fn swapping_in_the_running_bytes_changes_nothing() {
 #[test]
 fn a_worker_follows_a_swap_on_its_next_call_with_an_instance_made_ahead() {
     let registry = registry("order_paid_rust.wasm", PluginLimits::default(), &[]);
-    let mut worker = registry.worker().unwrap();
+    let mut worker = registry.handle().unwrap();
     let e = event("orders", "k", 1);
     assert_eq!(
         body(&worker.on_match(b"k", &e, &e).unwrap()[0])["by"],

@@ -25,7 +25,7 @@ impl Action for Echo {
         self.threads.push(std::thread::current().id());
         if self.fails {
             return Err(ActionFailure {
-                kind: "crash",
+                kind: crate::event::FailureKind::Crash,
                 message: "boom".into(),
             });
         }

@@ -28,7 +28,7 @@ const RECHECK_MISSING: Duration = Duration::from_secs(10);
 #[derive(Default)]
 pub struct Deliveries {
     failed: Mutex<Vec<(usize, KafkaError)>>,
-    /// Outputs and dead letters acknowledged by the broker.
+    /// Sink and dead letters acknowledged by the broker.
     pub acknowledged: AtomicU64,
 }
 
@@ -139,14 +139,14 @@ pub fn topic_exists<C: ClientContext>(
         .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
 }
 
-pub struct Outputs {
+pub struct Sink {
     producer: BaseProducer<Deliveries>,
     output_topic: String,
     dead_letter_topic: Option<String>,
     topics: KnownTopics,
 }
 
-impl Outputs {
+impl Sink {
     pub fn new(
         config: &ClientConfig,
         output_topic: &str,
@@ -155,7 +155,7 @@ impl Outputs {
         let producer: BaseProducer<Deliveries> = config
             .create_with_context(Deliveries::default())
             .context("creating the Kafka producer")?;
-        Ok(Outputs {
+        Ok(Sink {
             producer,
             output_topic: output_topic.to_owned(),
             dead_letter_topic: dead_letter_topic.map(str::to_owned),
@@ -179,7 +179,7 @@ impl Outputs {
         Ok(())
     }
 
-    /// Outputs and dead letters acknowledged so far.
+    /// Sink and dead letters acknowledged so far.
     pub fn acknowledged(&self) -> u64 {
         self.producer.context().acknowledged.load(Ordering::Relaxed)
     }
@@ -347,16 +347,30 @@ impl Outputs {
         }
     }
 
-    fn send_record(&self, mut record: BaseRecord<'_, [u8], [u8], usize>) -> Result<(), SendError> {
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    self.producer.poll(Duration::from_millis(10));
-                }
-                Err((e, _)) => return Err(SendError::Kafka(e)),
+    fn send_record(&self, record: BaseRecord<'_, [u8], [u8], usize>) -> Result<(), SendError> {
+        send_with_room(&self.producer, record).map_err(SendError::Kafka)
+    }
+}
+
+/// Sends `record`, waiting while the producer's local queue is full (polling for deliveries
+/// frees it); any other refusal is returned.
+pub fn send_with_room<C, K, P>(
+    producer: &BaseProducer<C>,
+    mut record: BaseRecord<'_, K, P, C::DeliveryOpaque>,
+) -> Result<(), KafkaError>
+where
+    C: ProducerContext,
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+{
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                producer.poll(Duration::from_millis(10));
             }
+            Err((e, _)) => return Err(e),
         }
     }
 }

@@ -1,4 +1,4 @@
-//! A `PluginWorker` is a task's action: calls go to its instance, failures become `ActionFailure`s,
+//! A `PluginHandle` is a task's action: calls go to its instance, failures become `ActionFailure`s,
 //! and each call's latency and outcome is counted against the plugin version that answered it.
 
 use std::collections::BTreeMap;
@@ -6,13 +6,13 @@ use std::time::Instant;
 
 use crate::event::{positions, printable_key, Event, OutputRecord, Side};
 use crate::metrics::CallStats;
-use crate::plugin::{CallError, PluginWorker};
+use crate::plugin::{CallError, PluginHandle};
 use crate::task::{Action, ActionFailure};
 
 /// Logs a failed call with what it was called on, and turns it into the task's failure.
 fn failure(e: CallError, key: &[u8], events: &[&Event]) -> ActionFailure {
     tracing::warn!(
-        kind = e.kind(),
+        kind = e.kind().as_str(),
         key = %printable_key(key),
         records = %positions(events.iter().copied()),
         "plugin call failed: {e}"
@@ -24,14 +24,14 @@ fn failure(e: CallError, key: &[u8], events: &[&Event]) -> ActionFailure {
 }
 
 /// A worker plus the call statistics gathered since the host last took them.
-pub struct MeteredWorker {
-    pub worker: PluginWorker,
+pub struct MeteredAction {
+    pub worker: PluginHandle,
     calls: BTreeMap<String, CallStats>,
 }
 
-impl MeteredWorker {
-    pub fn new(worker: PluginWorker) -> Self {
-        MeteredWorker {
+impl MeteredAction {
+    pub fn new(worker: PluginHandle) -> Self {
+        MeteredAction {
             worker,
             calls: BTreeMap::new(),
         }
@@ -46,7 +46,7 @@ impl MeteredWorker {
         &mut self,
         key: &[u8],
         events: &[&Event],
-        call: impl FnOnce(&mut PluginWorker) -> Result<T, CallError>,
+        call: impl FnOnce(&mut PluginHandle) -> Result<T, CallError>,
     ) -> Result<T, ActionFailure> {
         let (recycles, generation) = (self.worker.recycles(), self.worker.version().generation);
         let started = Instant::now();
@@ -70,7 +70,7 @@ impl MeteredWorker {
     }
 }
 
-impl Action for MeteredWorker {
+impl Action for MeteredAction {
     fn on_match(
         &mut self,
         key: &[u8],

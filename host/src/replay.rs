@@ -5,32 +5,8 @@ use std::collections::BTreeMap;
 
 use crate::config::Config;
 use crate::event::Side;
-use crate::join::{CommitPoint, JoinWindow};
-use crate::task::{Action, Batch, Emit, PartitionTask, TaskCounters, TaskPolicy};
-
-/// Builds a task policy from the config.
-pub fn task_policy(config: &Config) -> TaskPolicy {
-    let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    TaskPolicy {
-        window: JoinWindow {
-            window_ms: ms(config.join.window),
-            grace_ms: ms(config.join.grace),
-        },
-        kind: config.join.kind.into(),
-        max_idle_ms: ms(config.join.max_idle),
-        max_future_ms: ms(config.join.max_future),
-        late: config.join.late,
-        null_keys: config.join.null_keys,
-        tombstones: config.join.tombstones,
-        failure: config.plugin.failure,
-        retries: config.plugin.retries,
-        backoff: config.plugin.backoff,
-        outputs: crate::task::OutputTopics {
-            inputs: [config.join.left.clone(), config.join.right.clone()],
-            allowed: config.output.allowed_topics.clone(),
-        },
-    }
-}
+use crate::join::CommitPoint;
+use crate::task::{Action, Batch, Emit, PartitionTask, TaskCounters};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -51,7 +27,7 @@ pub fn replay(
     lines: &str,
     action: &mut dyn Action,
 ) -> Result<ReplayResult, ReplayError> {
-    let policy = task_policy(config);
+    let policy = crate::wiring::task_policy(config);
     // A recording is judged against the clock of the replay, as a host would judge it live.
     let wall_clock = crate::admin::now_ms() as i64;
     let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();

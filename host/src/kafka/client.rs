@@ -1,0 +1,189 @@
+//! librdkafka client configuration from `[kafka]`: one place that says what the consumer and the
+//! producer get. `kafka.options` go to the client they belong to (librdkafka's property scopes,
+//! from its CONFIGURATION.md), so a consumer setting such as `session.timeout.ms` no longer makes
+//! the producer print a CONFWARN line on every start.
+
+use rdkafka::config::ClientConfig;
+
+use crate::config::KafkaConfig;
+
+/// librdkafka properties only a consumer reads (scope `C`, global and topic).
+const CONSUMER_ONLY: &[&str] = &[
+    "group.id",
+    "group.instance.id",
+    "partition.assignment.strategy",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "group.protocol.type",
+    "group.protocol",
+    "group.remote.assignor",
+    "coordinator.query.interval.ms",
+    "max.poll.interval.ms",
+    "enable.auto.commit",
+    "auto.commit.enable",
+    "auto.commit.interval.ms",
+    "enable.auto.offset.store",
+    "queued.min.messages",
+    "queued.max.messages.kbytes",
+    "fetch.wait.max.ms",
+    "fetch.queue.backoff.ms",
+    "fetch.message.max.bytes",
+    "max.partition.fetch.bytes",
+    "fetch.max.bytes",
+    "fetch.min.bytes",
+    "fetch.error.backoff.ms",
+    "offset.store.method",
+    "offset.store.path",
+    "offset.store.sync.interval.ms",
+    "isolation.level",
+    "enable.partition.eof",
+    "check.crcs",
+    "auto.offset.reset",
+    "consume.callback.max.messages",
+];
+
+/// librdkafka properties only a producer reads (scope `P`, global and topic).
+const PRODUCER_ONLY: &[&str] = &[
+    "transactional.id",
+    "transaction.timeout.ms",
+    "enable.idempotence",
+    "enable.gapless.guarantee",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "queue.buffering.max.ms",
+    "linger.ms",
+    "message.send.max.retries",
+    "retries",
+    "queue.buffering.backpressure.threshold",
+    "compression.codec",
+    "compression.type",
+    "compression.level",
+    "batch.num.messages",
+    "batch.size",
+    "delivery.report.only.error",
+    "sticky.partitioning.linger.ms",
+    "request.required.acks",
+    "acks",
+    "request.timeout.ms",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+    "queuing.strategy",
+    "produce.offset.report",
+    "partitioner",
+];
+
+/// Which clients an option is for.
+#[derive(Debug, PartialEq, Eq)]
+enum Scope {
+    Consumer,
+    Producer,
+    Both,
+}
+
+fn scope(option: &str) -> Scope {
+    if CONSUMER_ONLY.contains(&option) {
+        Scope::Consumer
+    } else if PRODUCER_ONLY.contains(&option) {
+        Scope::Producer
+    } else {
+        Scope::Both
+    }
+}
+
+/// The settings every client of this host shares.
+pub fn base(kafka: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &kafka.bootstrap_servers);
+    for (k, v) in &kafka.options {
+        if scope(k) == Scope::Both {
+            c.set(k, v);
+        }
+    }
+    c
+}
+
+/// The consumer of the joined topics: cojoin's settings, then the consumer's `kafka.options`
+/// (which win).
+pub fn consumer(kafka: &KafkaConfig) -> ClientConfig {
+    let mut c = base(kafka);
+    c.set("group.id", &kafka.group_id)
+        .set("partition.assignment.strategy", "range")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        // librdkafka pauses a partition's fetching for this long once its local queue is full
+        // (default 1 s); with a slow plugin the queue then ran dry while waiting: 84k → 95k
+        // records/s with the Python plugin (BENCHMARKS.md).
+        .set("fetch.queue.backoff.ms", "20");
+    if let Some(id) = &kafka.instance_id {
+        c.set("group.instance.id", id);
+    }
+    for (k, v) in &kafka.options {
+        if scope(k) == Scope::Consumer {
+            c.set(k, v);
+        }
+    }
+    c
+}
+
+/// The producer of outputs and dead letters: idempotent, then the producer's `kafka.options`.
+pub fn producer(kafka: &KafkaConfig) -> ClientConfig {
+    let mut c = base(kafka);
+    c.set("enable.idempotence", "true");
+    for (k, v) in &kafka.options {
+        if scope(k) == Scope::Producer {
+            c.set(k, v);
+        }
+    }
+    c
+}
+
+/// A consumer outside the group (metadata, sampling): `group` names it.
+pub fn reader(kafka: &KafkaConfig, group: &str) -> ClientConfig {
+    let mut c = base(kafka);
+    c.set("group.id", group).set("enable.auto.commit", "false");
+    for (k, v) in &kafka.options {
+        if scope(k) == Scope::Consumer && !k.starts_with("group.") {
+            c.set(k, v);
+        }
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_option_goes_to_the_client_that_reads_it_and_wins_there() {
+        let kafka = KafkaConfig {
+            bootstrap_servers: "b:9092".into(),
+            group_id: "g".into(),
+            instance_id: None,
+            options: [
+                ("session.timeout.ms", "6000"),
+                ("linger.ms", "5"),
+                ("security.protocol", "ssl"),
+                ("fetch.queue.backoff.ms", "100"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        };
+        let c = consumer(&kafka);
+        let p = producer(&kafka);
+        assert_eq!(c.get("session.timeout.ms"), Some("6000"));
+        assert_eq!(p.get("session.timeout.ms"), None);
+        assert_eq!(p.get("linger.ms"), Some("5"));
+        assert_eq!(c.get("linger.ms"), None);
+        assert_eq!(c.get("security.protocol"), Some("ssl"));
+        assert_eq!(p.get("security.protocol"), Some("ssl"));
+        assert_eq!(
+            c.get("fetch.queue.backoff.ms"),
+            Some("100"),
+            "the user's option wins"
+        );
+        assert_eq!(p.get("enable.idempotence"), Some("true"));
+        assert_eq!(reader(&kafka, "g-check").get("group.id"), Some("g-check"));
+    }
+}

@@ -1,0 +1,359 @@
+//! The consuming side of a host: one consumer in the join's group, subscribed to both topics with
+//! the range assignor (partition p of each on the same member). It hands the run loop records as
+//! events, rebalances as revoked and assigned partitions (with the commit points they start
+//! from), end offsets and lag, and commits the points the tasks publish.
+//!
+//! Rebalance callbacks run inside `poll`, between processing rounds; on revoke they commit the
+//! last published points of the revoked partitions before those go, so the next owner starts
+//! where this one stopped.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::event::{Event, Side};
+use crate::join::CommitPoint;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the rebalance callbacks and the loop share. Locked only briefly, never across I/O other
+/// than the revoke commit (which must happen before the partitions go).
+#[derive(Default)]
+struct Shared {
+    /// The latest commit point of every held partition, as the tasks published them.
+    points: HashMap<(String, i32), CommitPoint>,
+    assigned: Option<Vec<(String, i32)>>,
+    revoked: Vec<(String, i32)>,
+}
+
+struct RebalanceContext {
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl ClientContext for RebalanceContext {}
+
+impl ConsumerContext for RebalanceContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let mut shared = lock(&self.shared);
+            let revoked: Vec<(String, i32)> = tpl
+                .elements()
+                .iter()
+                .map(|e| (e.topic().to_owned(), e.partition()))
+                .collect();
+            let points = revoked
+                .iter()
+                .filter_map(|tp| shared.points.remove(tp).map(|p| (tp.clone(), p)));
+            let commit = commit_list(points);
+            if commit.count() > 0 {
+                match consumer.commit(&commit, CommitMode::Sync) {
+                    Ok(()) => tracing::info!(partitions = commit.count(), "committed on revoke"),
+                    Err(e) => {
+                        tracing::warn!("commit on revoke failed (the next owner replays more): {e}")
+                    }
+                }
+            }
+            shared.revoked.extend(revoked);
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut shared = lock(&self.shared);
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                shared.assigned = Some(
+                    tpl.elements()
+                        .iter()
+                        .map(|e| (e.topic().to_owned(), e.partition()))
+                        .collect(),
+                );
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => tracing::error!("rebalance error: {e}"),
+        }
+    }
+}
+
+fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn commit_list(
+    points: impl IntoIterator<Item = ((String, i32), CommitPoint)>,
+) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), point) in points {
+        let mut elem = tpl.add_partition(&topic, partition);
+        let _ = elem.set_offset(Offset::Offset(point.offset));
+        elem.set_metadata(point.metadata());
+    }
+    tpl
+}
+
+/// A consumed record, as a task takes it.
+pub struct Record {
+    pub side: Side,
+    pub event: Event,
+    /// `false` for a record without a key (its `event.key` is empty).
+    pub has_key: bool,
+}
+
+/// What changed in the group since the last call: whole rebalances, as the eager range
+/// assignor delivers them.
+pub struct Rebalanced {
+    pub revoked: Vec<(String, i32)>,
+    /// `Some` after an assignment: every partition now held.
+    pub assigned: Option<Vec<(String, i32)>>,
+}
+
+pub struct Source {
+    consumer: BaseConsumer<RebalanceContext>,
+    shared: Arc<Mutex<Shared>>,
+    /// Every event of a topic shares its name: no allocation of a topic string per record.
+    topics: [Arc<str>; 2],
+}
+
+impl Source {
+    /// A consumer for `left` and `right`, not yet subscribed.
+    pub fn new(config: &ClientConfig, left: &str, right: &str) -> Result<Self> {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let consumer = config
+            .create_with_context(RebalanceContext {
+                shared: shared.clone(),
+            })
+            .context("creating the Kafka consumer (check [kafka] and [kafka.options])")?;
+        Ok(Source {
+            consumer,
+            shared,
+            topics: [left.into(), right.into()],
+        })
+    }
+
+    /// Partition counts of the left and right topic (0 for a topic that does not exist).
+    pub fn partition_counts(&self) -> Result<[usize; 2]> {
+        let mut counts = [0; 2];
+        for (i, topic) in self.topics.iter().enumerate() {
+            let metadata = self
+                .consumer
+                .fetch_metadata(Some(topic), TIMEOUT)
+                .with_context(|| {
+                    format!(
+                        "reading metadata of topic {topic:?} (is kafka.bootstrap_servers right?)"
+                    )
+                })?;
+            counts[i] = metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == &**topic)
+                .filter(|t| t.error().is_none())
+                .map_or(0, |t| t.partitions().len());
+        }
+        Ok(counts)
+    }
+
+    /// Joins the group.
+    pub fn subscribe(&self) -> Result<()> {
+        let [left, right] = &self.topics;
+        self.consumer
+            .subscribe(&[left, right])
+            .context("subscribing to the joined topics")
+    }
+
+    /// The next record, waiting at most `timeout`; `None` when there is none. Rebalance callbacks
+    /// run in here: call [`Source::rebalanced`] after each poll.
+    pub fn poll(&self, timeout: Duration) -> Option<Record> {
+        match self.consumer.poll(timeout)? {
+            Ok(m) => Some(self.record(&m)),
+            Err(e) => {
+                tracing::warn!("consumer error: {e}");
+                None
+            }
+        }
+    }
+
+    fn record(&self, m: &BorrowedMessage<'_>) -> Record {
+        let side = if m.topic() == &*self.topics[0] {
+            Side::Left
+        } else {
+            Side::Right
+        };
+        Record {
+            side,
+            event: event_of(m, &self.topics[side as usize]),
+            has_key: m.key().is_some(),
+        }
+    }
+
+    /// What the rebalance callbacks recorded since the last call.
+    pub fn rebalanced(&self) -> Rebalanced {
+        let mut s = lock(&self.shared);
+        Rebalanced {
+            revoked: std::mem::take(&mut s.revoked),
+            assigned: s.assigned.take(),
+        }
+    }
+
+    /// The committed points of partition p of both topics, for each p in `tasks`: where a new
+    /// task starts (offset 0 and nothing processed when nothing was committed).
+    pub fn committed(&self, tasks: &[i32]) -> Result<HashMap<i32, [CommitPoint; 2]>> {
+        let mut wanted = TopicPartitionList::new();
+        for &p in tasks {
+            for topic in &self.topics {
+                wanted.add_partition(topic, p);
+            }
+        }
+        let committed = self
+            .consumer
+            .committed_offsets(wanted, TIMEOUT)
+            .context("reading committed offsets of the new tasks")?;
+        let mut starts: HashMap<i32, [CommitPoint; 2]> = tasks
+            .iter()
+            .map(|&p| (p, [CommitPoint::new(0, [], None); 2]))
+            .collect();
+        for e in committed.elements() {
+            let offset = match e.offset() {
+                Offset::Offset(o) => o,
+                _ => 0,
+            };
+            let side = usize::from(e.topic() != &*self.topics[0]);
+            if let Some(start) = starts.get_mut(&e.partition()) {
+                start[side] = CommitPoint {
+                    offset,
+                    processed_through: CommitPoint::parse_metadata(e.metadata()),
+                };
+            }
+        }
+        Ok(starts)
+    }
+
+    /// End offsets of partition p of both topics as the broker reports them now (0 when it does
+    /// not answer: the first fetch will tell).
+    pub fn end_offsets(&self, p: i32) -> [i64; 2] {
+        [0, 1].map(|i| {
+            let topic = &self.topics[i];
+            match self.consumer.fetch_watermarks(topic, p, TIMEOUT) {
+                Ok((_, high)) => high,
+                Err(e) => {
+                    tracing::warn!(
+                        topic = &**topic,
+                        partition = p,
+                        "end offset not known until the first fetch: {e}"
+                    );
+                    0
+                }
+            }
+        })
+    }
+
+    /// End offsets of partition p of both topics as the consumer last saw them in a fetch
+    /// response (no broker round trip).
+    pub fn cached_end_offsets(&self, p: i32) -> [Option<i64>; 2] {
+        [0, 1].map(|i| self.cached_high_watermark(&self.topics[i], p))
+    }
+
+    /// rdkafka 0.38 wraps only the blocking `fetch_watermarks`, so this calls
+    /// `rd_kafka_get_watermark_offsets` itself.
+    fn cached_high_watermark(&self, topic: &str, p: i32) -> Option<i64> {
+        let topic = std::ffi::CString::new(topic).ok()?;
+        let (mut low, mut high) = (-1i64, -1i64);
+        // SAFETY: the client pointer lives as long as `self.consumer`; the out-pointers are valid
+        // locals.
+        let err = unsafe {
+            rdkafka::bindings::rd_kafka_get_watermark_offsets(
+                self.consumer.client().native_ptr(),
+                topic.as_ptr(),
+                p,
+                &mut low,
+                &mut high,
+            )
+        };
+        (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0)
+            .then_some(high)
+    }
+
+    /// Records behind the high watermark per task and side, from the cached watermarks and the
+    /// consumer's positions.
+    pub fn lag(&self, tasks: impl Iterator<Item = i32>) -> HashMap<i32, [Option<i64>; 2]> {
+        let Ok(positions) = self.consumer.position() else {
+            return HashMap::new();
+        };
+        let lag = |topic: &str, p: i32| -> Option<i64> {
+            let high = self.cached_high_watermark(topic, p)?;
+            match positions.find_partition(topic, p)?.offset() {
+                Offset::Offset(pos) => Some((high - pos).max(0)),
+                _ => None,
+            }
+        };
+        tasks
+            .map(|p| (p, [lag(&self.topics[0], p), lag(&self.topics[1], p)]))
+            .collect()
+    }
+
+    /// Stops fetching partition p of both topics (a halted task).
+    pub fn pause(&self, p: i32) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        for topic in &self.topics {
+            tpl.add_partition(topic, p);
+        }
+        self.consumer.pause(&tpl).context("pausing a halted task")
+    }
+
+    /// Records what task p would commit now for the left and the right partition; the next
+    /// [`Source::commit`] (or a revoke) commits it.
+    pub fn publish(&self, p: i32, points: [CommitPoint; 2]) {
+        let mut s = lock(&self.shared);
+        for (topic, point) in self.topics.iter().zip(points) {
+            s.points.insert((topic.to_string(), p), point);
+        }
+    }
+
+    /// Commits every published point. A failure is logged: the next commit retries, and a
+    /// restart would replay more.
+    pub fn commit(&self, mode: CommitMode) {
+        let points: Vec<_> = {
+            let s = lock(&self.shared);
+            s.points.iter().map(|(k, v)| (k.clone(), *v)).collect()
+        };
+        if points.is_empty() {
+            return;
+        }
+        if let Err(e) = self.consumer.commit(&commit_list(points), mode) {
+            tracing::warn!("commit failed (will retry; a restart would replay more): {e}")
+        }
+    }
+
+    /// Leaves the group (revoking, and so committing, what is held).
+    pub fn close(&self) {
+        self.consumer.unsubscribe();
+    }
+}
+
+/// The event of a consumed record; `topic` is the record's topic name, shared.
+pub fn event_of<M: Message>(m: &M, topic: &Arc<str>) -> Event {
+    let headers = m
+        .headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| crate::event::Header {
+                    key: h.key.to_owned(),
+                    value: h.value.map(<[u8]>::to_vec),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Event {
+        topic: topic.clone(),
+        partition: m.partition(),
+        offset: m.offset(),
+        timestamp: m.timestamp().to_millis().unwrap_or(0),
+        key: m.key().map(Box::from).unwrap_or_default(),
+        value: m.payload().map(Box::from),
+        headers,
+    }
+}

@@ -1,0 +1,41 @@
+//! The config turned into what the pure parts take: a task's policy and a plugin's limits. One
+//! place, so that `run`, `plugin test` and `check` read the same settings the same way.
+
+use crate::config::Config;
+use crate::join::JoinWindow;
+use crate::plugin::PluginLimits;
+use crate::task::TaskPolicy;
+
+/// Builds a task policy from the config.
+pub fn task_policy(config: &Config) -> TaskPolicy {
+    let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    TaskPolicy {
+        window: JoinWindow {
+            window_ms: ms(config.join.window),
+            grace_ms: ms(config.join.grace),
+        },
+        kind: config.join.kind.into(),
+        max_idle_ms: ms(config.join.max_idle),
+        max_future_ms: ms(config.join.max_future),
+        late: config.join.late,
+        null_keys: config.join.null_keys,
+        tombstones: config.join.tombstones,
+        failure: config.plugin.failure,
+        retries: config.plugin.retries,
+        backoff: config.plugin.backoff,
+        outputs: crate::task::OutputTopics {
+            inputs: [config.join.left.clone(), config.join.right.clone()],
+            allowed: config.output.allowed_topics.clone(),
+        },
+    }
+}
+
+/// The limits of every instance of the configured plugin.
+pub fn plugin_limits(config: &Config) -> PluginLimits {
+    PluginLimits {
+        deadline: config.plugin.deadline,
+        memory_bytes: config.plugin.memory_mib << 20,
+        fuel: config.plugin.fuel,
+        ..PluginLimits::default()
+    }
+}
