@@ -19,7 +19,7 @@ fn event(topic: &str, key: u64, offset: i64, ts: i64, value_bytes: usize) -> Eve
         partition: 0,
         offset,
         timestamp: ts,
-        key: format!("k-{key:010}").into_bytes().into(),
+        key: Some(format!("k-{key:010}").into_bytes().into()),
         value: Some(vec![b'x'; value_bytes].into()),
         headers: Box::default(),
     }

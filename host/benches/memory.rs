@@ -93,7 +93,7 @@ fn measure(held_events: i64, value_bytes: usize, share_keys: bool, shuffle: bool
             partition: 0,
             offset: i,
             timestamp: 1_700_000_000_000 + i - if shuffle && i % 2 == 1 { 1_000 } else { 0 },
-            key: format!("k-{k:010}").as_bytes().to_vec().into(),
+            key: Some(format!("k-{k:010}").as_bytes().to_vec().into()),
             value: Some(vec![b'x'; value_bytes].into()),
             headers: Default::default(),
         };

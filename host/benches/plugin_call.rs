@@ -36,7 +36,7 @@ fn on_match(c: &mut Criterion) {
         .unwrap();
         let mut worker = registry.handle().unwrap();
         g.bench_function(label, |bench| {
-            bench.iter(|| worker.on_match(&a.key, &a, &b).unwrap())
+            bench.iter(|| worker.on_match(a.key_bytes(), &a, &b).unwrap())
         });
     }
     g.finish();

@@ -61,7 +61,7 @@ fn main() {
         let mut calls = 0u64;
         while started.elapsed() < Duration::from_secs(5) {
             for _ in 0..1000 {
-                std::hint::black_box(worker.on_match(&a.key, &a, &b).unwrap());
+                std::hint::black_box(worker.on_match(a.key_bytes(), &a, &b).unwrap());
             }
             calls += 1000;
         }
@@ -126,7 +126,7 @@ fn main() {
                     let r = PluginRegistry::new(e, file, PluginLimits::default(), vec![], &bytes)
                         .unwrap();
                     let mut w = r.handle().unwrap();
-                    w.on_match(&a.key, &a, &b).unwrap();
+                    w.on_match(a.key_bytes(), &a, &b).unwrap();
                     started.elapsed()
                 })
                 .collect(),

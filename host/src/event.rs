@@ -40,10 +40,19 @@ pub struct Event {
     pub offset: i64,
     /// Milliseconds since the Unix epoch: the join's event time.
     pub timestamp: i64,
-    pub key: Box<[u8]>,
+    /// `None` for a record without a key (it cannot join).
+    pub key: Option<Box<[u8]>>,
     /// `None` for a tombstone.
     pub value: Option<Box<[u8]>>,
     pub headers: Box<[Header]>,
+}
+
+impl Event {
+    /// The key's bytes; empty for a record without a key (which never reaches the join: a task
+    /// sets it aside when it is pushed).
+    pub fn key_bytes(&self) -> &[u8] {
+        self.key.as_deref().unwrap_or_default()
+    }
 }
 
 /// A record a plugin returned, to be produced by the host.

@@ -52,13 +52,14 @@ fn decode(field: &'static str, text: &str) -> Result<Vec<u8>, EventJsonError> {
         .map_err(|error| EventJsonError::Base64 { field, error })
 }
 
-/// Parses one event from its JSON form.
+/// Parses one event from its JSON form; without `key` or `key_base64` (or with `"key": null`)
+/// it is a record without a key, as Kafka would deliver it.
 pub fn event_from_json(text: &str) -> Result<Event, EventJsonError> {
     let raw: EventJson = serde_json::from_str(text).map_err(EventJsonError::Shape)?;
     let key = match (raw.key, raw.key_base64) {
-        (_, Some(b64)) => decode("key_base64", &b64)?,
-        (Some(text), None) => text.into_bytes(),
-        (None, None) => return Err(EventJsonError::MissingKey),
+        (_, Some(b64)) => Some(decode("key_base64", &b64)?),
+        (Some(text), None) => Some(text.into_bytes()),
+        (None, None) => None,
     };
     let value = match (raw.value, raw.value_base64) {
         (_, Some(b64)) => Some(decode("value_base64", &b64)?),
@@ -83,10 +84,19 @@ pub fn event_from_json(text: &str) -> Result<Event, EventJsonError> {
         partition: raw.partition,
         offset: raw.offset,
         timestamp: raw.timestamp,
-        key: key.into(),
+        key: key.map(Into::into),
         value: value.map(Into::into),
         headers,
     })
+}
+
+/// [`event_from_json`] for an event a plugin is called with: it must have a key.
+pub fn keyed_event_from_json(text: &str) -> Result<Event, EventJsonError> {
+    let event = event_from_json(text)?;
+    if event.key.is_none() {
+        return Err(EventJsonError::MissingKey);
+    }
+    Ok(event)
 }
 
 /// Puts bytes under `name` as text when they are UTF-8, else under `name_base64`.
@@ -135,7 +145,9 @@ mod tests {
 
     #[test]
     fn a_missing_key_is_refused_with_the_fix() {
-        let err = event_from_json(r#"{"topic":"t","value":"v"}"#).unwrap_err();
+        let keyless = event_from_json(r#"{"topic":"t","value":"v"}"#).unwrap();
+        assert_eq!(keyless.key, None);
+        let err = keyed_event_from_json(r#"{"topic":"t","value":"v"}"#).unwrap_err();
         assert!(err.to_string().contains("key_base64"), "{err}");
     }
 

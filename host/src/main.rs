@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use cojoin::event::Side;
-use cojoin::json::{event_from_json, output_to_json};
+use cojoin::json::{keyed_event_from_json, output_to_json};
 use cojoin::plugin::{CallError, EngineOptions, PluginEngine, PluginLimits, PluginRegistry};
 
 #[derive(Parser)]
@@ -216,7 +216,7 @@ fn default_cache_dir() -> Option<PathBuf> {
 fn read_event(path: &PathBuf) -> Result<cojoin::event::Event> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read event file {path:?}"))?;
-    event_from_json(&text).with_context(|| format!("event file {path:?}"))
+    keyed_event_from_json(&text).with_context(|| format!("event file {path:?}"))
 }
 
 fn parse_config(entries: &[String]) -> Result<Vec<(String, String)>> {
@@ -251,10 +251,10 @@ fn plugin_call(args: CallArgs) -> Result<ExitCode> {
             if a.key != b.key {
                 tracing::warn!("--a and --b have different keys; calling with the key of --a");
             }
-            worker.on_match(&a.key, a, b)
+            worker.on_match(a.key_bytes(), a, b)
         }
-        (Some(a), None) => worker.on_expire(&a.key, a, Side::Left),
-        (None, Some(b)) => worker.on_expire(&b.key, b, Side::Right),
+        (Some(a), None) => worker.on_expire(a.key_bytes(), a, Side::Left),
+        (None, Some(b)) => worker.on_expire(b.key_bytes(), b, Side::Right),
         (None, None) => unreachable!("checked above"),
     };
     match result {

@@ -39,16 +39,7 @@ pub fn replay(
             line: n + 1,
             message,
         };
-        let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
-        let has_key =
-            value.get("key").is_some_and(|k| !k.is_null()) || value.get("key_base64").is_some();
-        let mut fixed = value.clone();
-        if !has_key {
-            fixed["key"] = serde_json::Value::String(String::new());
-        }
-        let event =
-            crate::json::event_from_json(&fixed.to_string()).map_err(|e| err(e.to_string()))?;
+        let event = crate::json::event_from_json(line).map_err(|e| err(e.to_string()))?;
         let side = if *event.topic == *config.join.left {
             Side::Left
         } else if *event.topic == *config.join.right {
@@ -67,7 +58,7 @@ pub fn replay(
                 task.set_wall_clock(wall_clock);
                 task
             })
-            .push(side, event, has_key);
+            .push(side, event);
     }
     let mut result = ReplayResult {
         emits: Vec::new(),

@@ -295,7 +295,7 @@ mod tests {
             partition: 0,
             offset,
             timestamp: ts,
-            key: b"k".to_vec().into(),
+            key: Some(b"k".to_vec().into()),
             value: None,
             headers: Box::default(),
         }

@@ -166,11 +166,11 @@ impl JoinState {
             hasher,
             ..
         } = self;
-        let hash = hasher.hash_one(&*event.key);
+        let hash = hasher.hash_one(event.key_bytes());
         // One hash per insert. A key's chain runs from its oldest held event to its newest.
         let entry = keys.entry(
             hash,
-            |&h| store.key(h) == &*event.key,
+            |&h| store.key(h) == event.key_bytes(),
             |&h| hasher.hash_one(store.key(h)),
         );
         let close = ts.saturating_add(self.window.retention());

@@ -86,8 +86,10 @@ impl EventStore {
             .sum();
         let value_len = event.value.as_ref().map_or(0, |v| v.len());
         let has_headers = !event.headers.is_empty();
-        let size =
-            HEADER + event.key.len() + value_len + if has_headers { 4 + headers_len } else { 0 };
+        let size = HEADER
+            + event.key_bytes().len()
+            + value_len
+            + if has_headers { 4 + headers_len } else { 0 };
         let origin = self.origin(&event.topic, event.partition);
 
         let room = self
@@ -112,14 +114,14 @@ impl EventStore {
         b.extend_from_slice(&event.offset.to_ne_bytes());
         b.extend_from_slice(&links.partner_offset.to_ne_bytes());
         b.extend_from_slice(&links.next.to_ne_bytes());
-        b.extend_from_slice(&len32(event.key.len()).to_ne_bytes());
+        b.extend_from_slice(&len32(event.key_bytes().len()).to_ne_bytes());
         let value_field = event.value.as_ref().map_or(TOMBSTONE, |v| len32(v.len()));
         b.extend_from_slice(&value_field.to_ne_bytes());
         b.push(origin);
         let side = if links.side == Side::Right { RIGHT } else { 0 };
         let out_of_order = if links.out_of_order { OUT_OF_ORDER } else { 0 };
         b.push(side | out_of_order | if has_headers { HAS_HEADERS } else { 0 });
-        b.extend_from_slice(&event.key);
+        b.extend_from_slice(event.key_bytes());
         if let Some(value) = &event.value {
             b.extend_from_slice(value);
         }
@@ -212,7 +214,7 @@ impl EventStore {
             partition: *partition,
             offset: self.offset(h),
             timestamp: self.timestamp(h),
-            key: Box::from(self.key(h)),
+            key: Some(Box::from(self.key(h))),
             value: value_len.map(|len| Box::from(&r[value_at..value_at + len])),
             headers: match self.headers_len(h, headers_at) {
                 None => Box::default(),

@@ -255,7 +255,7 @@ impl Sink {
                 if let Some((topic, inputs)) = output {
                     let error = format!("producing to {topic:?} was refused: {why}");
                     tracing::warn!(
-                        key = %crate::event::printable_key(&inputs[0].key),
+                        key = %crate::event::printable_key(inputs[0].key_bytes()),
                         records = %crate::event::positions(inputs.iter().map(|e| &**e)),
                         "an output was refused: {error}"
                     );
@@ -337,7 +337,7 @@ impl Sink {
                 let headers = dead_letter_headers(d, input, origin.value_omitted);
                 let mut record =
                     BaseRecord::<[u8], [u8], usize>::with_opaque_to(dlq, index).headers(headers);
-                record.key = (!input.key.is_empty()).then_some(&*input.key);
+                record.key = input.key.as_deref();
                 if !origin.value_omitted {
                     record.payload = input.value.as_deref();
                 }
@@ -398,7 +398,7 @@ fn push_origins(queue: &mut Vec<Origin>, batch: usize, emit: usize, e: &Emit) {
 /// tombstone) is expected traffic, counted in the metrics.
 fn log_dead_letter(d: &DeadLetter, input: &Event, dlq: &str) {
     let (kind, message) = (d.reason.kind(), d.reason.message());
-    let key = crate::event::printable_key(&input.key);
+    let key = crate::event::printable_key(input.key_bytes());
     let record = crate::event::positions([input]);
     if d.reason.is_failure() {
         tracing::warn!(kind, %key, %record, dead_letter_topic = dlq, "dead-lettered: {message}");

@@ -100,8 +100,6 @@ fn commit_list(
 pub struct Record {
     pub side: Side,
     pub event: Event,
-    /// `false` for a record without a key (its `event.key` is empty).
-    pub has_key: bool,
 }
 
 /// What changed in the group since the last call: whole rebalances, as the eager range
@@ -186,7 +184,6 @@ impl Source {
         Record {
             side,
             event: event_of(m, &self.topics[side as usize]),
-            has_key: m.key().is_some(),
         }
     }
 
@@ -352,7 +349,7 @@ pub fn event_of<M: Message>(m: &M, topic: &Arc<str>) -> Event {
         partition: m.partition(),
         offset: m.offset(),
         timestamp: m.timestamp().to_millis().unwrap_or(0),
-        key: m.key().map(Box::from).unwrap_or_default(),
+        key: m.key().map(Box::from),
         value: m.payload().map(Box::from),
         headers,
     }

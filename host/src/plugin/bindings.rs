@@ -23,7 +23,7 @@ pub(crate) fn fill_event(dst: &mut wit::Event, src: &event::Event) {
     dst.offset = src.offset;
     dst.timestamp = src.timestamp;
     dst.key.clear();
-    dst.key.extend_from_slice(&src.key);
+    dst.key.extend_from_slice(src.key_bytes());
     match (&mut dst.value, &src.value) {
         (Some(d), Some(s)) => {
             d.clear();

@@ -117,7 +117,7 @@ impl Host {
                 let Some(record) = record else { break };
                 run.consumed[record.side as usize] += 1;
                 if let Some(task) = run.tasks.get_mut(&record.event.partition) {
-                    task.push(record.side, record.event, record.has_key);
+                    task.push(record.side, record.event);
                 }
             }
             self.round(&source, &mut sink, &mut workers, &mut run, started)?;

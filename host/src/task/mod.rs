@@ -280,12 +280,11 @@ impl PartitionTask {
         }
     }
 
-    /// Buffers a consumed record; `has_key: false` for a record without a key (its `key` empty).
-    /// A record that will not join (no key, stamped too far ahead) is marked now, so that it does
-    /// not wait in timestamp order.
-    pub fn push(&mut self, side: Side, event: Event, has_key: bool) {
+    /// Buffers a consumed record. One that will not join (no key, stamped too far ahead) is
+    /// marked now, so that it does not wait in timestamp order.
+    pub fn push(&mut self, side: Side, event: Event) {
         self.next_offset[ix(side)] = event.offset + 1;
-        let admission = if !has_key {
+        let admission = if event.key.is_none() {
             Admission::NullKey
         } else if event.timestamp > self.latest_timestamp_ms {
             Admission::FutureTimestamp
@@ -439,14 +438,20 @@ impl PartitionTask {
             }
             JoinOutcome::Match { left, right } => {
                 self.counters.matches += 1;
-                let result =
-                    self.with_retries(sleep, |a| a.on_match(&left.key, &left, &right), action);
+                let result = self.with_retries(
+                    sleep,
+                    |a| a.on_match(left.key_bytes(), &left, &right),
+                    action,
+                );
                 (vec![left, right], result)
             }
             JoinOutcome::Expired { side, event } => {
                 self.counters.expiries += 1;
-                let result =
-                    self.with_retries(sleep, |a| a.on_expire(&event.key, &event, side), action);
+                let result = self.with_retries(
+                    sleep,
+                    |a| a.on_expire(event.key_bytes(), &event, side),
+                    action,
+                );
                 (vec![event], result)
             }
         };
@@ -481,7 +486,7 @@ impl PartitionTask {
                         "task {} halted: the plugin failed ({}) on key {:?} at offsets {:?}: {}",
                         self.partition,
                         failure.kind,
-                        String::from_utf8_lossy(&inputs[0].key),
+                        String::from_utf8_lossy(inputs[0].key_bytes()),
                         inputs.iter().map(|e| (&*e.topic, e.offset)).collect::<Vec<_>>(),
                         failure.message
                     ));
@@ -508,7 +513,7 @@ impl PartitionTask {
                     format!(
                         "task {} halted: an output made from key {:?} at offsets {:?} was refused: {error}",
                         self.partition,
-                        String::from_utf8_lossy(&inputs[0].key),
+                        String::from_utf8_lossy(inputs[0].key_bytes()),
                         inputs.iter().map(|e| (&*e.topic, e.offset)).collect::<Vec<_>>(),
                     )
                 });

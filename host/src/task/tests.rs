@@ -85,7 +85,7 @@ fn ev(side: Side, offset: i64, key: &str, ts: i64) -> Event {
         partition: 0,
         offset,
         timestamp: ts,
-        key: key.as_bytes().to_vec().into(),
+        key: Some(key.as_bytes().to_vec().into()),
         value: Some(b"v".to_vec().into()),
         headers: Box::default(),
     }
@@ -119,8 +119,8 @@ fn values(batch: &Batch) -> Vec<String> {
 fn a_match_is_produced_and_counts_as_processed_once_acknowledged() {
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "o1", 100), true);
-    task.push(Side::Right, ev(Side::Right, 0, "o1", 105), true);
+    task.push(Side::Left, ev(Side::Left, 0, "o1", 100));
+    task.push(Side::Right, ev(Side::Right, 0, "o1", 105));
     let batch = task.run(0, &mut plugin, &mut |_| {});
     assert_eq!(values(&batch), ["out paid"]);
     // Not acknowledged yet: nothing may be committed past the records.
@@ -143,10 +143,10 @@ fn a_match_is_produced_and_counts_as_processed_once_acknowledged() {
 fn a_failing_call_is_retried_with_backoff_then_dead_lettered_and_the_rest_goes_on() {
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "bad1", 100), true);
-    task.push(Side::Right, ev(Side::Right, 0, "bad1", 101), true);
-    task.push(Side::Left, ev(Side::Left, 1, "ok", 102), true);
-    task.push(Side::Right, ev(Side::Right, 1, "ok", 103), true);
+    task.push(Side::Left, ev(Side::Left, 0, "bad1", 100));
+    task.push(Side::Right, ev(Side::Right, 0, "bad1", 101));
+    task.push(Side::Left, ev(Side::Left, 1, "ok", 102));
+    task.push(Side::Right, ev(Side::Right, 1, "ok", 103));
     let mut sleeps = Vec::new();
     let batch = task.run(0, &mut plugin, &mut |d| sleeps.push(d));
     assert_eq!(
@@ -183,14 +183,14 @@ fn under_halt_a_failure_stops_the_task_and_freezes_its_commit_points() {
         FRESH,
     );
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "ok", 100), true);
-    task.push(Side::Right, ev(Side::Right, 0, "ok", 101), true);
+    task.push(Side::Left, ev(Side::Left, 0, "ok", 100));
+    task.push(Side::Right, ev(Side::Right, 0, "ok", 101));
     let batch = task.run(0, &mut plugin, &mut |_| {});
     task.acknowledge(batch);
     let before = task.commit_points();
-    task.push(Side::Left, ev(Side::Left, 1, "bad2", 102), true);
-    task.push(Side::Right, ev(Side::Right, 1, "bad2", 103), true);
-    task.push(Side::Left, ev(Side::Left, 2, "later", 104), true);
+    task.push(Side::Left, ev(Side::Left, 1, "bad2", 102));
+    task.push(Side::Right, ev(Side::Right, 1, "bad2", 103));
+    task.push(Side::Left, ev(Side::Left, 2, "later", 104));
     let batch = task.run(0, &mut plugin, &mut |_| {});
     assert!(batch.emits.is_empty());
     let reason = task.halted().expect("halted");
@@ -207,12 +207,18 @@ fn under_halt_a_failure_stops_the_task_and_freezes_its_commit_points() {
 fn null_keys_and_late_records_are_dead_lettered_and_tombstones_dropped_by_policy() {
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "", 100), false);
-    task.push(Side::Right, ev(Side::Right, 0, "k", 200), true);
-    task.push(Side::Right, ev(Side::Right, 1, "k", 150), true); // late: 150 < 200 - 10
+    task.push(
+        Side::Left,
+        Event {
+            key: None,
+            ..ev(Side::Left, 0, "", 100)
+        },
+    );
+    task.push(Side::Right, ev(Side::Right, 0, "k", 200));
+    task.push(Side::Right, ev(Side::Right, 1, "k", 150)); // late: 150 < 200 - 10
     let mut tomb = ev(Side::Left, 1, "k", 201);
     tomb.value = None;
-    task.push(Side::Left, tomb, true);
+    task.push(Side::Left, tomb);
     let batch = task.run(0, &mut plugin, &mut |_| {});
     assert_eq!(values(&batch), ["dlq NullKey [0]", "dlq Late [1]"]);
     assert_eq!(
@@ -230,8 +236,8 @@ fn null_keys_and_late_records_are_dead_lettered_and_tombstones_dropped_by_policy
 fn expiries_are_acted_on_once_the_window_closes() {
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "unpaid", 100), true);
-    task.push(Side::Right, ev(Side::Right, 0, "other", 111), true);
+    task.push(Side::Left, ev(Side::Left, 0, "unpaid", 100));
+    task.push(Side::Right, ev(Side::Right, 0, "other", 111));
     let batch = task.run(0, &mut plugin, &mut |_| {});
     assert_eq!(values(&batch), ["out unpaid"]);
     assert_eq!(plugin.calls, ["expire unpaid 0"]);
@@ -247,7 +253,7 @@ fn a_new_owner_rebuilds_state_from_replay_without_acting_twice() {
         (Side::Left, ev(Side::Left, 1, "b", 106)),
     ];
     for (side, e) in &input {
-        first.push(*side, e.clone(), true);
+        first.push(*side, e.clone());
     }
     let batch = first.run(0, &mut plugin, &mut |_| {});
     first.acknowledge(batch);
@@ -258,10 +264,10 @@ fn a_new_owner_rebuilds_state_from_replay_without_acting_twice() {
     let mut plugin2 = FakePlugin::default();
     for (side, e) in &input {
         if e.offset >= committed[ix(*side)].offset {
-            second.push(*side, e.clone(), true);
+            second.push(*side, e.clone());
         }
     }
-    second.push(Side::Right, ev(Side::Right, 1, "b", 108), true);
+    second.push(Side::Right, ev(Side::Right, 1, "b", 108));
     let batch = second.run(0, &mut plugin2, &mut |_| {});
     assert_eq!(
         plugin2.calls,
@@ -279,25 +285,21 @@ fn a_record_from_the_far_future_is_dead_lettered_and_does_not_move_stream_time()
     let wall = 1_000_000;
     task.set_wall_clock(wall);
     // Year-3000-like: far past the wall clock + max_future (1 h).
-    task.push(Side::Left, ev(Side::Left, 0, "far", wall + 4_000_000), true);
+    task.push(Side::Left, ev(Side::Left, 0, "far", wall + 4_000_000));
     let batch = task.run(0, &mut plugin, &mut |_| {});
     assert_eq!(values(&batch), ["dlq FutureTimestamp [0]"]);
     assert_eq!(task.counters.future_timestamps, 1);
     assert_eq!(task.counters.dead_lettered, 1);
     task.acknowledge(batch);
     // Records near the wall clock still join: stream time was not moved past their window.
-    task.push(Side::Left, ev(Side::Left, 1, "o1", wall), true);
-    task.push(Side::Right, ev(Side::Right, 0, "o1", wall + 5), true);
+    task.push(Side::Left, ev(Side::Left, 1, "o1", wall));
+    task.push(Side::Right, ev(Side::Right, 0, "o1", wall + 5));
     let batch = task.run(0, &mut plugin, &mut |_| {});
     assert_eq!(values(&batch), ["out paid"]);
     assert_eq!(task.counters.late, 0);
     // Within max_future is no problem.
     task.acknowledge(batch);
-    task.push(
-        Side::Left,
-        ev(Side::Left, 2, "soon", wall + 3_000_000),
-        true,
-    );
+    task.push(Side::Left, ev(Side::Left, 2, "soon", wall + 3_000_000));
     let batch = task.run(0, &mut plugin, &mut |_| {});
     assert!(
         !values(&batch).iter().any(|v| v.contains("FutureTimestamp")),
@@ -312,8 +314,8 @@ fn an_output_to_an_input_topic_or_outside_the_allowed_ones_dead_letters_its_inpu
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
     for (offset, key) in [(0, "to:left"), (1, "to:audit")] {
-        task.push(Side::Left, ev(Side::Left, offset, key, 100), true);
-        task.push(Side::Right, ev(Side::Right, offset, key, 101), true);
+        task.push(Side::Left, ev(Side::Left, offset, key, 100));
+        task.push(Side::Right, ev(Side::Right, offset, key, 101));
     }
     let batch = task.run(0, &mut plugin, &mut |_| {});
     let v = values(&batch);
@@ -337,8 +339,8 @@ fn an_output_to_an_input_topic_or_outside_the_allowed_ones_dead_letters_its_inpu
         ..policy()
     };
     let mut task = PartitionTask::new(0, allowed, FRESH);
-    task.push(Side::Left, ev(Side::Left, 0, "to:audit", 100), true);
-    task.push(Side::Right, ev(Side::Right, 0, "to:audit", 101), true);
+    task.push(Side::Left, ev(Side::Left, 0, "to:audit", 100));
+    task.push(Side::Right, ev(Side::Right, 0, "to:audit", 101));
     let v = values(&task.run(0, &mut plugin, &mut |_| {}));
     assert!(
         v.len() == 1 && v[0].contains("not in output.allowed_topics"),
@@ -354,8 +356,8 @@ fn under_halt_a_refused_output_stops_the_task_before_its_inputs_count_as_process
     };
     let mut task = PartitionTask::new(0, halt, FRESH);
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "to:right", 100), true);
-    task.push(Side::Right, ev(Side::Right, 0, "to:right", 101), true);
+    task.push(Side::Left, ev(Side::Left, 0, "to:right", 100));
+    task.push(Side::Right, ev(Side::Right, 0, "to:right", 101));
     let batch = task.run(0, &mut plugin, &mut |_| {});
     assert!(batch.emits.is_empty());
     let reason = task.halted().expect("halted");

@@ -16,7 +16,7 @@ fn event_with(topic: &str, key: &str, offset: i64, value_len: usize) -> Event {
         partition: 3,
         offset,
         timestamp: 1_764_680_400_000 + offset,
-        key: key.as_bytes().to_vec().into(),
+        key: Some(key.as_bytes().to_vec().into()),
         value: Some(value.into_bytes().into()),
         headers: Box::default(),
     }

@@ -56,7 +56,7 @@ pub fn event(topic: &str, key: &str, offset: i64) -> Event {
         partition: 3,
         offset,
         timestamp: 1_764_680_400_000 + offset,
-        key: key.as_bytes().to_vec().into(),
+        key: Some(key.as_bytes().to_vec().into()),
         value: Some(value.into_bytes().into()),
         headers: Box::default(),
     }

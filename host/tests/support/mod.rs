@@ -27,7 +27,7 @@ pub fn event_100b(topic: &str, key: &str) -> cojoin::event::Event {
         partition: 0,
         offset: 12345,
         timestamp: 1_764_680_400_000,
-        key: key.as_bytes().into(),
+        key: Some(key.as_bytes().into()),
         value: Some(value.into_bytes().into()),
         headers: Box::default(),
     }

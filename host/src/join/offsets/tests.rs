@@ -55,7 +55,7 @@ fn events(side: Side, spec: &[(u8, i64)]) -> Vec<Event> {
             partition: 0,
             offset: i as i64,
             timestamp: ts,
-            key: vec![key].into(),
+            key: Some(vec![key].into()),
             value: None,
             headers: Box::default(),
         })

@@ -11,7 +11,7 @@ fn ev(side: Side, key: &str, ts: i64, offset: i64) -> Event {
         partition: 0,
         offset,
         timestamp: ts,
-        key: key.as_bytes().to_vec().into(),
+        key: Some(key.as_bytes().to_vec().into()),
         value: Some(vec![0; 100].into()),
         headers: Box::default(),
     }
@@ -32,7 +32,7 @@ fn run(kind: JoinKind, input: &[(Side, &str, i64)]) -> Vec<String> {
         .map(|o| match o {
             JoinOutcome::Match { left, right } => format!(
                 "match {}@{}+{}",
-                String::from_utf8_lossy(&left.key),
+                String::from_utf8_lossy(left.key_bytes()),
                 left.offset,
                 right.offset
             ),

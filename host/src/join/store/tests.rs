@@ -6,7 +6,7 @@ fn event(offset: i64, key: &[u8], value: Option<Vec<u8>>, headers: Vec<Header>) 
         partition: 3,
         offset,
         timestamp: 1_700_000_000_000 + offset,
-        key: key.into(),
+        key: Some(key.into()),
         value: value.map(Into::into),
         headers: headers.into(),
     }
@@ -49,7 +49,7 @@ fn an_event_comes_back_as_it_went_in_with_its_links() {
         .collect();
     for (h, e) in handles.iter().zip(&cases) {
         assert_eq!(store.event(*h), *e);
-        assert_eq!(store.key(*h), &*e.key);
+        assert_eq!(store.key(*h), e.key_bytes());
         assert_eq!(store.side(*h), Side::Right);
         assert_eq!(store.next(*h), NO_HANDLE);
         assert_eq!(store.partner_offset(*h), -1);

@@ -91,11 +91,10 @@ fn tasks(tasks: i32, pairs: i64) -> Vec<PartitionTask> {
                             partition: p,
                             offset: i,
                             timestamp: 1_000 + i,
-                            key: format!("k{i}").into_bytes().into(),
+                            key: Some(format!("k{i}").into_bytes().into()),
                             value: Some(b"v".to_vec().into()),
                             headers: Box::default(),
                         },
-                        true,
                     );
                 }
             }
