@@ -88,7 +88,13 @@ pub struct Snapshot {
     pub consumed: BTreeMap<String, u64>,
     /// Counters summed over every task this host has run, revoked ones included.
     pub counters: TaskCounters,
-    pub produced: u64,
+    /// Plugin records the broker acknowledged.
+    pub outputs_acknowledged: u64,
+    /// Dead letters the broker acknowledged.
+    pub dead_letters_acknowledged: u64,
+    /// Offset commits the broker accepted, and those that failed.
+    pub commits: u64,
+    pub commit_failures: u64,
     pub tasks: BTreeMap<i32, TaskGauges>,
     /// Per plugin version label (`name@sha-prefix`).
     pub calls: BTreeMap<String, CallStats>,
@@ -180,7 +186,7 @@ pub fn render(s: &Snapshot) -> String {
         ),
         (
             "cojoin_dead_lettered_records_total",
-            "Records written to the dead-letter topic.",
+            "Records the tasks sent to the dead-letter topic (when they decided; cojoin_dead_letters_produced_total counts the broker's acknowledgements).",
             c.dead_lettered,
         ),
         (
@@ -196,7 +202,27 @@ pub fn render(s: &Snapshot) -> String {
         (
             "cojoin_records_produced_total",
             "Output and dead-letter records acknowledged by the broker.",
-            s.produced,
+            s.outputs_acknowledged + s.dead_letters_acknowledged,
+        ),
+        (
+            "cojoin_outputs_produced_total",
+            "Plugin records acknowledged by the broker.",
+            s.outputs_acknowledged,
+        ),
+        (
+            "cojoin_dead_letters_produced_total",
+            "Dead letters acknowledged by the broker.",
+            s.dead_letters_acknowledged,
+        ),
+        (
+            "cojoin_commits_total",
+            "Offset commits the broker accepted (every second, on revoke and when leaving).",
+            s.commits,
+        ),
+        (
+            "cojoin_commit_failures_total",
+            "Offset commits that failed (the next one retries; a restart would replay more).",
+            s.commit_failures,
         ),
         (
             "cojoin_plugin_swaps_total",

@@ -50,6 +50,7 @@ fn config(bootstrap: &str, group: &str) -> Config {
 struct RunningHost {
     shutdown: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<anyhow::Result<()>>,
+    metrics: Arc<cojoin::metrics::Metrics>,
 }
 
 fn start_host(bootstrap: &str, group: &str) -> RunningHost {
@@ -66,15 +67,29 @@ fn start_host(bootstrap: &str, group: &str) -> RunningHost {
     )
     .unwrap();
     let host = Host::new(config(bootstrap, group), registry);
+    let metrics = host.metrics.clone();
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();
     let thread = std::thread::spawn(move || host.run(&flag));
-    RunningHost { shutdown, thread }
+    RunningHost {
+        shutdown,
+        thread,
+        metrics,
+    }
 }
 
 impl RunningHost {
+    /// Asks the host to stop and waits (at most 60 s) for it to commit and leave.
     fn stop(self) {
         self.shutdown.store(true, Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !self.thread.is_finished() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the host did not stop within 60 s of its shutdown flag"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         self.thread
             .join()
             .unwrap()
@@ -239,7 +254,8 @@ fn every_match_and_expiry_is_produced_once_across_a_graceful_restart() {
         distinct.len() >= 200
     });
     eprintln!("phase 2 complete in {:?}", t.elapsed());
-    // Give a duplicate time to show up.
+    // Absence cannot be polled for: a duplicate would come within the next round or two, so
+    // the test gives it 2 s before it re-reads.
     std::thread::sleep(Duration::from_secs(2));
     let outputs_after = read_outputs(&bootstrap, |o| o.len() >= outputs.len());
     eprintln!("re-read in {:?}", t.elapsed());
@@ -370,4 +386,58 @@ fn a_broker_outage_and_failing_requests_lose_no_match_or_expiry() {
         outputs.len(),
         outputs.len() - 200
     );
+}
+
+/// The value of sample `name` on a `/metrics` page.
+fn sample(page: &str, name: &str) -> Option<u64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[test]
+fn the_counts_of_a_known_run_match_what_reached_the_topics() {
+    let (_cluster, bootstrap) = join_cluster();
+    let p = producer(&bootstrap);
+    // 40 orders, 30 of them paid: 30 matches and, once the windows close, 10 unpaid expiries.
+    produce_orders(&p, 0, 40);
+    // Three orders without a key: dead letters.
+    for i in 0..3 {
+        let record: BaseRecord<'_, str, str> = BaseRecord::to("orders")
+            .payload("{}")
+            .timestamp(BASE_TS + i * 1000);
+        p.send(record).map_err(|(e, _)| e).unwrap();
+    }
+    produce_ticks(&p);
+    let host = start_host(&bootstrap, &format!("counts-{}", std::process::id()));
+    let outputs = read_outputs(&bootstrap, |o| o.len() >= 40);
+    let paid = outputs.iter().filter(|(_, s)| s == "paid").count();
+    let distinct: std::collections::HashSet<_> = outputs.iter().map(|(o, _)| o).collect();
+    assert_eq!((paid, distinct.len()), (30, 40), "{outputs:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let page = loop {
+        let page = host.metrics.render();
+        let done = sample(&page, "cojoin_outputs_produced_total") == Some(40)
+            && sample(&page, "cojoin_dead_letters_produced_total") == Some(3)
+            && sample(&page, "cojoin_commits_total").is_some_and(|n| n >= 1);
+        if done {
+            break page;
+        }
+        assert!(Instant::now() < deadline, "counts not reached:\n{page}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    host.stop();
+    for (name, want) in [
+        ("cojoin_matches_total", 30),
+        ("cojoin_expiries_total", 10),
+        ("cojoin_null_key_records_total", 3),
+        ("cojoin_dead_lettered_records_total", 3),
+        ("cojoin_records_produced_total", 43),
+        ("cojoin_refused_outputs_total", 0),
+        ("cojoin_commit_failures_total", 0),
+    ] {
+        assert_eq!(sample(&page, name), Some(want), "{name}:\n{page}");
+    }
+    // Every output the broker acknowledged is on the output topic, and no more.
+    assert_eq!(outputs.len(), 40, "{outputs:?}");
 }

@@ -28,18 +28,26 @@ const RECHECK_MISSING: Duration = Duration::from_secs(10);
 #[derive(Default)]
 pub struct Deliveries {
     failed: Mutex<Vec<(usize, KafkaError)>>,
-    /// Sink and dead letters acknowledged by the broker.
-    pub acknowledged: AtomicU64,
+    /// Outputs acknowledged by the broker.
+    outputs: AtomicU64,
+    /// Dead letters acknowledged by the broker.
+    dead_letters: AtomicU64,
 }
 
 impl ClientContext for Deliveries {}
 
 impl ProducerContext for Deliveries {
     type DeliveryOpaque = usize;
-    fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
+    /// `opaque` is the record's index in the round, shifted left, with the low bit set for a
+    /// dead letter.
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let (index, dead_letter) = (opaque >> 1, opaque & 1 == 1);
         match result {
+            Ok(_) if dead_letter => {
+                self.dead_letters.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(_) => {
-                self.acknowledged.fetch_add(1, Ordering::Relaxed);
+                self.outputs.fetch_add(1, Ordering::Relaxed);
             }
             Err((e, m)) => {
                 tracing::debug!(topic = m.topic(), "delivery failed: {e}");
@@ -139,6 +147,13 @@ pub fn topic_exists<C: ClientContext>(
         .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
 }
 
+/// Records the broker has acknowledged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Acknowledged {
+    pub outputs: u64,
+    pub dead_letters: u64,
+}
+
 pub struct Sink {
     producer: BaseProducer<Deliveries>,
     output_topic: String,
@@ -179,9 +194,13 @@ impl Sink {
         Ok(())
     }
 
-    /// Sink and dead letters acknowledged so far.
-    pub fn acknowledged(&self) -> u64 {
-        self.producer.context().acknowledged.load(Ordering::Relaxed)
+    /// Outputs and dead letters the broker has acknowledged so far.
+    pub fn acknowledged(&self) -> Acknowledged {
+        let d = self.producer.context();
+        Acknowledged {
+            outputs: d.outputs.load(Ordering::Relaxed),
+            dead_letters: d.dead_letters.load(Ordering::Relaxed),
+        }
     }
 
     /// Produces every emit of `batches` (one per task in `tasks`, same partitions) and waits for
@@ -319,7 +338,7 @@ impl Sink {
                         "topic {topic:?} does not exist (create it, or write to another topic)"
                     )));
                 }
-                let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, index)
+                let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, index << 1)
                     .headers(kafka_headers(&r.headers));
                 record.key = r.key.as_deref();
                 record.payload = r.value.as_deref();
@@ -336,7 +355,8 @@ impl Sink {
                 log_dead_letter(d, input, dlq);
                 let headers = dead_letter_headers(d, input, origin.value_omitted);
                 let mut record =
-                    BaseRecord::<[u8], [u8], usize>::with_opaque_to(dlq, index).headers(headers);
+                    BaseRecord::<[u8], [u8], usize>::with_opaque_to(dlq, index << 1 | 1)
+                        .headers(headers);
                 record.key = input.key.as_deref();
                 if !origin.value_omitted {
                     record.payload = input.value.as_deref();

@@ -8,6 +8,7 @@
 //! where this one stopped.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,8 +33,49 @@ struct Shared {
     revoked: Vec<(String, i32)>,
 }
 
+/// Offset commits the broker answered, periodic ones and those on revoke. Every commit is
+/// synchronous, so its outcome is known where it is made: librdkafka reports the outcome of an
+/// asynchronous manual commit to no one unless an `offset_commit_cb` is configured, which
+/// rdkafka's event-based consumer does not do.
+#[derive(Default)]
+struct CommitCounts {
+    done: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl CommitCounts {
+    /// Counts and logs a commit's outcome; `when` says which commit it was.
+    fn record(&self, result: rdkafka::error::KafkaResult<()>, when: &str, partitions: usize) {
+        match result {
+            Ok(()) => {
+                self.done.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(partitions, "committed {when}");
+            }
+            // Nothing new to commit since the last one: not a failure.
+            Err(rdkafka::error::KafkaError::ConsumerCommit(
+                rdkafka::types::RDKafkaErrorCode::NoOffset,
+            )) => {}
+            Err(e) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    partitions,
+                    "commit {when}failed (the next one retries; a restart would replay more): {e}"
+                );
+            }
+        }
+    }
+}
+
+/// Commits done and failed so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Commits {
+    pub done: u64,
+    pub failed: u64,
+}
+
 struct RebalanceContext {
     shared: Arc<Mutex<Shared>>,
+    commits: Arc<CommitCounts>,
 }
 
 impl ClientContext for RebalanceContext {}
@@ -52,12 +94,8 @@ impl ConsumerContext for RebalanceContext {
                 .filter_map(|tp| shared.points.remove(tp).map(|p| (tp.clone(), p)));
             let commit = commit_list(points);
             if commit.count() > 0 {
-                match consumer.commit(&commit, CommitMode::Sync) {
-                    Ok(()) => tracing::info!(partitions = commit.count(), "committed on revoke"),
-                    Err(e) => {
-                        tracing::warn!("commit on revoke failed (the next owner replays more): {e}")
-                    }
-                }
+                let result = consumer.commit(&commit, CommitMode::Sync);
+                self.commits.record(result, "on revoke ", commit.count());
             }
             shared.revoked.extend(revoked);
         }
@@ -113,6 +151,7 @@ pub struct Rebalanced {
 pub struct Source {
     consumer: BaseConsumer<RebalanceContext>,
     shared: Arc<Mutex<Shared>>,
+    commits: Arc<CommitCounts>,
     /// Every event of a topic shares its name: no allocation of a topic string per record.
     topics: [Arc<str>; 2],
 }
@@ -121,14 +160,17 @@ impl Source {
     /// A consumer for `left` and `right`, not yet subscribed.
     pub fn new(config: &ClientConfig, left: &str, right: &str) -> Result<Self> {
         let shared = Arc::new(Mutex::new(Shared::default()));
+        let commits = Arc::new(CommitCounts::default());
         let consumer = config
             .create_with_context(RebalanceContext {
                 shared: shared.clone(),
+                commits: commits.clone(),
             })
             .context("creating the Kafka consumer (check [kafka] and [kafka.options])")?;
         Ok(Source {
             consumer,
             shared,
+            commits,
             topics: [left.into(), right.into()],
         })
     }
@@ -310,9 +352,10 @@ impl Source {
         }
     }
 
-    /// Commits every published point. A failure is logged: the next commit retries, and a
-    /// restart would replay more.
-    pub fn commit(&self, mode: CommitMode) {
+    /// Commits every published point and waits for the broker's answer (a round trip a
+    /// second; Kafka Streams commits synchronously too). A failure is logged and counted: the
+    /// next commit retries, and a restart would replay more.
+    pub fn commit(&self) {
         let points: Vec<_> = {
             let s = lock(&self.shared);
             s.points.iter().map(|(k, v)| (k.clone(), *v)).collect()
@@ -320,8 +363,16 @@ impl Source {
         if points.is_empty() {
             return;
         }
-        if let Err(e) = self.consumer.commit(&commit_list(points), mode) {
-            tracing::warn!("commit failed (will retry; a restart would replay more): {e}")
+        let count = points.len();
+        let result = self.consumer.commit(&commit_list(points), CommitMode::Sync);
+        self.commits.record(result, "", count);
+    }
+
+    /// Commits done and failed so far.
+    pub fn commits(&self) -> Commits {
+        Commits {
+            done: self.commits.done.load(Ordering::Relaxed),
+            failed: self.commits.failed.load(Ordering::Relaxed),
         }
     }
 

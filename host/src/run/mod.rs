@@ -20,11 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use rdkafka::consumer::CommitMode;
 
 use crate::config::Config;
-use crate::kafka::sink::Sink;
-use crate::kafka::source::Source;
+use crate::kafka::sink::{Acknowledged, Sink};
+use crate::kafka::source::{Commits, Source};
 use crate::kafka::{assignment, client};
 use crate::metrics::{Metrics, TaskGauges};
 use crate::plugin::PluginRegistry;
@@ -125,15 +124,15 @@ impl Host {
                 run.lags = source.lag(run.tasks.keys().copied());
                 last_lag = Instant::now();
             }
-            self.publish_metrics(&run, &mut workers, sink.acknowledged());
+            self.publish_metrics(&run, &mut workers, sink.acknowledged(), source.commits());
             self.heartbeat_ms
                 .store(crate::admin::now_ms(), Ordering::Relaxed);
             if last_commit.elapsed() >= COMMIT_INTERVAL {
-                source.commit(CommitMode::Async);
+                source.commit();
                 last_commit = Instant::now();
             }
         }
-        source.commit(CommitMode::Sync);
+        source.commit();
         source.close();
         tracing::info!("left the group");
         Ok(())
@@ -256,7 +255,13 @@ impl Host {
     }
 
     /// Copies this round's counts into the shared metrics (one lock per round, none per record).
-    fn publish_metrics(&self, run: &Running, workers: &mut [MeteredAction], produced: u64) {
+    fn publish_metrics(
+        &self,
+        run: &Running,
+        workers: &mut [MeteredAction],
+        acknowledged: Acknowledged,
+        commits: Commits,
+    ) {
         let mut counters = run.retired.clone();
         for task in run.tasks.values() {
             counters.add(&task.counters);
@@ -276,7 +281,10 @@ impl Host {
             m.consumed.insert(left.clone(), run.consumed[0]);
             m.consumed.insert(right.clone(), run.consumed[1]);
             m.counters = counters;
-            m.produced = produced;
+            m.outputs_acknowledged = acknowledged.outputs;
+            m.dead_letters_acknowledged = acknowledged.dead_letters;
+            m.commits = commits.done;
+            m.commit_failures = commits.failed;
             m.tasks = gauges;
             m.processing = !m.tasks.is_empty();
             for (label, stats) in calls {
