@@ -1,12 +1,18 @@
-//! What a running host reports on `/metrics`, and its rendering in Prometheus' text format.
+//! What a running host reports on `/metrics`, and its exposition in the OpenMetrics text format
+//! (by prometheus-client, from a snapshot at scrape time).
 //!
 //! The host loop owns the hot counters (task counters, per-call latencies) and publishes a snapshot
 //! here once per round; the admin server only reads. So the hot path takes no lock per record.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::NoLabelSet;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use crate::event::FailureKind;
 use crate::task::TaskCounters;
@@ -82,7 +88,7 @@ pub struct TaskGauges {
     pub lag: [Option<i64>; 2],
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     /// Records consumed per topic.
     pub consumed: BTreeMap<String, u64>,
@@ -126,227 +132,214 @@ impl Metrics {
     }
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+/// The content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A snapshot as prometheus-client encodes it, at scrape time.
+#[derive(Debug)]
+struct Scrape(Snapshot);
+
+type Encoder<'a> = prometheus_client::encoding::DescriptorEncoder<'a>;
+
+/// A counter family without labels. prometheus-client appends `_total` to the sample.
+fn counter(e: &mut Encoder<'_>, name: &str, help: &str, value: u64) -> fmt::Result {
+    e.encode_descriptor(name, help, None, MetricType::Counter)?
+        .encode_counter::<NoLabelSet, _, u64>(&value, None)
 }
 
-/// Escapes a label value as the text format requires.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+fn gauge(e: &mut Encoder<'_>, name: &str, help: &str, value: u64) -> fmt::Result {
+    e.encode_descriptor(name, help, None, MetricType::Gauge)?
+        .encode_gauge(&value)
 }
 
-pub fn render(s: &Snapshot) -> String {
-    let mut out = String::new();
-    family(
-        &mut out,
-        "cojoin_records_consumed_total",
-        "counter",
-        "Records consumed, per topic.",
-    );
-    for (topic, n) in &s.consumed {
-        let _ = writeln!(
-            out,
-            "cojoin_records_consumed_total{{topic=\"{}\"}} {n}",
-            label(topic)
-        );
-    }
-    let c = &s.counters;
-    for (name, help, value) in [
-        (
-            "cojoin_matches_total",
-            "Pairs handed to on-match.",
-            c.matches,
-        ),
-        (
-            "cojoin_expiries_total",
-            "Unmatched events handed to on-expire after their window closed.",
-            c.expiries,
-        ),
-        (
-            "cojoin_late_records_total",
-            "Records behind stream time by more than window + grace.",
-            c.late,
-        ),
-        (
-            "cojoin_future_timestamp_records_total",
-            "Records stamped further ahead of the host's clock than join.max_future.",
-            c.future_timestamps,
-        ),
-        (
-            "cojoin_null_key_records_total",
-            "Records without a key.",
-            c.null_keys,
-        ),
-        (
-            "cojoin_tombstone_records_total",
-            "Records without a value.",
-            c.tombstones,
-        ),
-        (
-            "cojoin_dead_lettered_records_total",
-            "Records the tasks sent to the dead-letter topic (when they decided; cojoin_dead_letters_produced_total counts the broker's acknowledgements).",
-            c.dead_lettered,
-        ),
-        (
-            "cojoin_refused_outputs_total",
-            "Plugin records not produced (a topic they may not go to, or refused by the producer or broker); their inputs are dead-lettered as output-refused.",
-            c.refused_outputs,
-        ),
-        (
-            "cojoin_replay_suppressed_total",
-            "Outcomes not acted on again after a restart (a previous owner had).",
-            c.suppressed,
-        ),
-        (
-            "cojoin_records_produced_total",
-            "Output and dead-letter records acknowledged by the broker.",
-            s.outputs_acknowledged + s.dead_letters_acknowledged,
-        ),
-        (
-            "cojoin_outputs_produced_total",
-            "Plugin records acknowledged by the broker.",
-            s.outputs_acknowledged,
-        ),
-        (
-            "cojoin_dead_letters_produced_total",
-            "Dead letters acknowledged by the broker.",
-            s.dead_letters_acknowledged,
-        ),
-        (
-            "cojoin_commits_total",
-            "Offset commits the broker accepted (every second, on revoke and when leaving).",
-            s.commits,
-        ),
-        (
-            "cojoin_commit_failures_total",
-            "Offset commits that failed (the next one retries; a restart would replay more).",
-            s.commit_failures,
-        ),
-        (
-            "cojoin_plugin_swaps_total",
-            "Plugin versions swapped in.",
-            s.swaps,
-        ),
-        (
-            "cojoin_plugin_swaps_refused_total",
-            "Plugin files or uploads refused (the running version kept).",
-            s.swaps_refused,
-        ),
-        (
-            "cojoin_rebalances_total",
-            "Assignments received from the group.",
-            s.rebalances,
-        ),
-    ] {
-        family(&mut out, name, "counter", help);
-        let _ = writeln!(out, "{name} {value}");
-    }
+impl Collector for Scrape {
+    fn encode(&self, mut e: Encoder<'_>) -> fmt::Result {
+        let s = &self.0;
+        let mut consumed = e.encode_descriptor(
+            "cojoin_records_consumed",
+            "Records consumed, per topic.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (topic, n) in &s.consumed {
+            consumed
+                .encode_family(&[("topic", topic.as_str())])?
+                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        }
+        let c = &s.counters;
+        for (name, help, value) in [
+            ("cojoin_matches", "Pairs handed to on-match.", c.matches),
+            (
+                "cojoin_expiries",
+                "Unmatched events handed to on-expire after their window closed.",
+                c.expiries,
+            ),
+            (
+                "cojoin_late_records",
+                "Records behind stream time by more than window + grace.",
+                c.late,
+            ),
+            (
+                "cojoin_future_timestamp_records",
+                "Records stamped further ahead of the host's clock than join.max_future.",
+                c.future_timestamps,
+            ),
+            ("cojoin_null_key_records", "Records without a key.", c.null_keys),
+            ("cojoin_tombstone_records", "Records without a value.", c.tombstones),
+            (
+                "cojoin_dead_lettered_records",
+                "Records the tasks sent to the dead-letter topic (when they decided; cojoin_dead_letters_produced_total counts the broker's acknowledgements).",
+                c.dead_lettered,
+            ),
+            (
+                "cojoin_refused_outputs",
+                "Plugin records not produced (a topic they may not go to, or refused by the producer or broker); their inputs are dead-lettered as output-refused.",
+                c.refused_outputs,
+            ),
+            (
+                "cojoin_replay_suppressed",
+                "Outcomes not acted on again after a restart (a previous owner had).",
+                c.suppressed,
+            ),
+            (
+                "cojoin_records_produced",
+                "Output and dead-letter records acknowledged by the broker.",
+                s.outputs_acknowledged + s.dead_letters_acknowledged,
+            ),
+            (
+                "cojoin_outputs_produced",
+                "Plugin records acknowledged by the broker.",
+                s.outputs_acknowledged,
+            ),
+            (
+                "cojoin_dead_letters_produced",
+                "Dead letters acknowledged by the broker.",
+                s.dead_letters_acknowledged,
+            ),
+            (
+                "cojoin_commits",
+                "Offset commits the broker accepted (every second, on revoke and when leaving).",
+                s.commits,
+            ),
+            (
+                "cojoin_commit_failures",
+                "Offset commits that failed (the next one retries; a restart would replay more).",
+                s.commit_failures,
+            ),
+            ("cojoin_plugin_swaps", "Plugin versions swapped in.", s.swaps),
+            (
+                "cojoin_plugin_swaps_refused",
+                "Plugin files or uploads refused (the running version kept).",
+                s.swaps_refused,
+            ),
+            (
+                "cojoin_rebalances",
+                "Assignments received from the group.",
+                s.rebalances,
+            ),
+        ] {
+            counter(&mut e, name, help, value)?;
+        }
 
-    family(
-        &mut out,
-        "cojoin_assigned_tasks",
-        "gauge",
-        "Tasks (partition numbers) held.",
-    );
-    let _ = writeln!(out, "cojoin_assigned_tasks {}", s.tasks.len());
-    family(
-        &mut out,
-        "cojoin_state_events",
-        "gauge",
-        "Events held in join state, per task.",
-    );
-    for (p, t) in &s.tasks {
-        let _ = writeln!(out, "cojoin_state_events{{task=\"{p}\"}} {}", t.events);
-    }
-    family(
-        &mut out,
-        "cojoin_state_bytes",
-        "gauge",
-        "Bytes held in join state, per task.",
-    );
-    for (p, t) in &s.tasks {
-        let _ = writeln!(out, "cojoin_state_bytes{{task=\"{p}\"}} {}", t.bytes);
-    }
-    family(
-        &mut out,
-        "cojoin_consumer_lag",
-        "gauge",
-        "Records behind the high watermark, per task and side.",
-    );
-    for (p, t) in &s.tasks {
-        for (side, lag) in ["left", "right"].iter().zip(t.lag) {
-            if let Some(lag) = lag {
-                let _ = writeln!(
-                    out,
-                    "cojoin_consumer_lag{{task=\"{p}\",side=\"{side}\"}} {lag}"
-                );
+        gauge(
+            &mut e,
+            "cojoin_assigned_tasks",
+            "Tasks (partition numbers) held.",
+            s.tasks.len() as u64,
+        )?;
+        let mut events = e.encode_descriptor(
+            "cojoin_state_events",
+            "Events held in join state, per task.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (p, t) in &s.tasks {
+            let task = p.to_string();
+            events
+                .encode_family(&[("task", task.as_str())])?
+                .encode_gauge(&(t.events as u64))?;
+        }
+        let mut bytes = e.encode_descriptor(
+            "cojoin_state_bytes",
+            "Bytes held in join state, per task.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (p, t) in &s.tasks {
+            let task = p.to_string();
+            bytes
+                .encode_family(&[("task", task.as_str())])?
+                .encode_gauge(&(t.bytes as u64))?;
+        }
+        let mut lag = e.encode_descriptor(
+            "cojoin_consumer_lag",
+            "Records behind the high watermark, per task and side.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (p, t) in &s.tasks {
+            let task = p.to_string();
+            for (side, behind) in ["left", "right"].into_iter().zip(t.lag) {
+                if let Some(behind) = behind {
+                    lag.encode_family(&[("task", task.as_str()), ("side", side)])?
+                        .encode_gauge(&behind)?;
+                }
             }
         }
-    }
 
-    family(
-        &mut out,
-        "cojoin_plugin_call_seconds",
-        "histogram",
-        "Plugin call latency, per plugin version.",
-    );
-    for (version, stats) in &s.calls {
-        let v = label(version);
-        let mut cumulative = 0;
-        for (bound, n) in LATENCY_BUCKETS.iter().zip(stats.buckets) {
-            cumulative += n;
-            let _ = writeln!(
-                out,
-                "cojoin_plugin_call_seconds_bucket{{plugin=\"{v}\",le=\"{bound}\"}} {cumulative}"
-            );
+        let mut seconds = e.encode_descriptor(
+            "cojoin_plugin_call_seconds",
+            "Plugin call latency, per plugin version.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (version, stats) in &s.calls {
+            // Per bucket, not cumulative; the last, above every bound, is +Inf.
+            let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
+                .iter()
+                .copied()
+                .chain([f64::INFINITY])
+                .zip(stats.buckets)
+                .collect();
+            seconds
+                .encode_family(&[("plugin", version.as_str())])?
+                .encode_histogram::<NoLabelSet>(stats.sum_seconds, stats.count, &buckets, None)?;
         }
-        let _ = writeln!(
-            out,
-            "cojoin_plugin_call_seconds_bucket{{plugin=\"{v}\",le=\"+Inf\"}} {}",
-            stats.count
-        );
-        let _ = writeln!(
-            out,
-            "cojoin_plugin_call_seconds_sum{{plugin=\"{v}\"}} {}",
-            stats.sum_seconds
-        );
-        let _ = writeln!(
-            out,
-            "cojoin_plugin_call_seconds_count{{plugin=\"{v}\"}} {}",
-            stats.count
-        );
-    }
-    family(
-        &mut out,
-        "cojoin_plugin_call_failures_total",
-        "counter",
-        "Failed plugin calls, per plugin version and kind (plugin-error, timeout, memory, crash).",
-    );
-    for (version, stats) in &s.calls {
-        for (kind, n) in &stats.failures {
-            let _ = writeln!(
-                out,
-                "cojoin_plugin_call_failures_total{{plugin=\"{}\",kind=\"{kind}\"}} {n}",
-                label(version)
-            );
+        let mut failures = e.encode_descriptor(
+            "cojoin_plugin_call_failures",
+            "Failed plugin calls, per plugin version and kind (plugin-error, timeout, memory, crash, unavailable).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (version, stats) in &s.calls {
+            for (kind, n) in &stats.failures {
+                failures
+                    .encode_family(&[("plugin", version.as_str()), ("kind", kind.as_str())])?
+                    .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+            }
         }
+        let mut recycles = e.encode_descriptor(
+            "cojoin_plugin_instance_recycles",
+            "Plugin instances replaced between calls because their memory had grown past the recycling size (64 MiB of growth, or 3/4 of the room under plugin.memory_mib); not failures.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (version, stats) in &s.calls {
+            recycles
+                .encode_family(&[("plugin", version.as_str())])?
+                .encode_counter::<NoLabelSet, _, u64>(&stats.recycles, None)?;
+        }
+        Ok(())
     }
-    family(
-        &mut out,
-        "cojoin_plugin_instance_recycles_total",
-        "counter",
-        "Plugin instances replaced between calls because their memory had grown past the recycling size (64 MiB of growth, or 3/4 of the room under plugin.memory_mib); not failures.",
-    );
-    for (version, stats) in &s.calls {
-        let _ = writeln!(
-            out,
-            "cojoin_plugin_instance_recycles_total{{plugin=\"{}\"}} {}",
-            label(version),
-            stats.recycles
-        );
-    }
+}
+
+/// The snapshot in the OpenMetrics text format ([`CONTENT_TYPE`]), encoded by prometheus-client.
+pub fn render(s: &Snapshot) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape(s.clone())));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)
+        .expect("encoding into a String cannot fail");
     out
 }
 
@@ -398,9 +391,9 @@ mod tests {
             "cojoin_state_events{task=\"2\"} 4",
             "cojoin_state_bytes{task=\"2\"} 400",
             "cojoin_consumer_lag{task=\"2\",side=\"left\"} 5",
-            "cojoin_plugin_call_seconds_bucket{plugin=\"odd\\\"name@abc\",le=\"0.000005\"} 1",
-            "cojoin_plugin_call_seconds_bucket{plugin=\"odd\\\"name@abc\",le=\"0.00005\"} 2",
-            "cojoin_plugin_call_seconds_bucket{plugin=\"odd\\\"name@abc\",le=\"+Inf\"} 2",
+            "cojoin_plugin_call_seconds_bucket{le=\"0.000005\",plugin=\"odd\\\"name@abc\"} 1",
+            "cojoin_plugin_call_seconds_bucket{le=\"0.00005\",plugin=\"odd\\\"name@abc\"} 2",
+            "cojoin_plugin_call_seconds_bucket{le=\"+Inf\",plugin=\"odd\\\"name@abc\"} 2",
             "cojoin_plugin_call_seconds_count{plugin=\"odd\\\"name@abc\"} 2",
             "cojoin_plugin_call_failures_total{plugin=\"odd\\\"name@abc\",kind=\"timeout\"} 1",
         ] {
@@ -431,7 +424,12 @@ mod tests {
             if name == "cojoin_" {
                 continue;
             }
-            let family = name.strip_suffix("_bucket").unwrap_or(&name);
+            // OpenMetrics names a counter's family without its `_total`, a histogram's without
+            // `_bucket`.
+            let family = name
+                .strip_suffix("_bucket")
+                .or_else(|| name.strip_suffix("_total"))
+                .unwrap_or(&name);
             assert!(
                 families.contains(&family),
                 "the dashboard queries {name}, which /metrics does not export"

@@ -183,7 +183,7 @@ pub fn route(request: Request<'_>, state: &AdminState) -> Reply {
     match (method, path) {
         ("GET", "/metrics") => Reply {
             status: 200,
-            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            content_type: crate::metrics::CONTENT_TYPE,
             body: state.metrics.render(),
         },
         ("GET", "/readyz") => {
