@@ -202,6 +202,17 @@ impl TaskQueue {
     }
 
     fn choose(&mut self, now_ms: i64) -> Option<Side> {
+        // A record that will not join is taken as soon as it is at the front, live and in replay
+        // alike, so that a replay takes the records in the order the previous owner did.
+        for side in [Side::Left, Side::Right] {
+            if self
+                .queue_ref(side)
+                .front()
+                .is_some_and(|q| q.admission != Admission::Join)
+            {
+                return Some(side);
+            }
+        }
         // Replay first: a replay record goes before any new one, on either side.
         let replay = [Side::Left, Side::Right].map(|s| self.front_is_replay(s));
         let pending = [Side::Left, Side::Right].map(|s| self.replay_outstanding(s));
@@ -215,16 +226,6 @@ impl TaskQueue {
                 // the same matched/unmatched state the previous owner had.
                 _ => None,
             };
-        }
-        // A record that will not join is taken as soon as it is at the front.
-        for side in [Side::Left, Side::Right] {
-            if self
-                .queue_ref(side)
-                .front()
-                .is_some_and(|q| q.admission != Admission::Join)
-            {
-                return Some(side);
-            }
         }
         match (self.left.front(), self.right.front()) {
             (Some(_), Some(_)) => Some(self.older()),
@@ -265,6 +266,32 @@ impl TaskQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replay_takes_a_record_that_will_not_join_where_the_live_run_did() {
+        // Live, F (far future) went first, as soon as it was at the front: F, R0, J1, R1. A
+        // replay of the same records must take them in the same order, or J1 would come after
+        // R1, be late, and a match made before the restart would be lost.
+        let mut q = TaskQueue::new(1_000);
+        q.set_replay(Side::Left, 0, Some(1));
+        q.set_replay(Side::Right, 0, Some(1));
+        q.push_admitted(Side::Left, ev(0, i64::MAX / 2), Admission::FutureTimestamp);
+        q.push(Side::Left, ev(1, 100));
+        q.push(Side::Right, ev(0, 50));
+        q.push(Side::Right, ev(1, 200));
+        let order: Vec<_> = std::iter::from_fn(|| q.next_record(0))
+            .map(|(side, e, _)| (side, e.offset))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                (Side::Left, 0),
+                (Side::Right, 0),
+                (Side::Left, 1),
+                (Side::Right, 1)
+            ]
+        );
+    }
 
     #[test]
     fn a_record_that_will_not_join_does_not_wait_for_the_other_side() {

@@ -21,6 +21,8 @@ use crate::event::Event;
 use crate::task::{Batch, DeadLetter, Emit, PartitionTask};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a round's records may take to be delivered, resends included.
+const DELIVERY_BOUND: Duration = Duration::from_secs(60);
 /// A topic found missing is looked up again after this long (someone may have created it).
 const RECHECK_MISSING: Duration = Duration::from_secs(10);
 
@@ -141,10 +143,19 @@ pub fn topic_exists<C: ClientContext>(
     let metadata = client
         .fetch_metadata(Some(topic), METADATA_TIMEOUT)
         .with_context(|| format!("reading the metadata of topic {topic:?}"))?;
-    Ok(metadata
-        .topics()
-        .iter()
-        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+    // Only "no such topic" (or no right to see it) means missing: a topic being created, or
+    // whose leader moves, answers LEADER_NOT_AVAILABLE for a moment, and the producer waits.
+    use rdkafka::types::RDKafkaRespErr as E;
+    Ok(match metadata.topics().iter().find(|t| t.name() == topic) {
+        None => false,
+        Some(t) => !matches!(
+            t.error(),
+            Some(
+                E::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
+                    | E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
+            )
+        ),
+    })
 }
 
 /// Records the broker has acknowledged.
@@ -221,6 +232,10 @@ impl Sink {
             }
         }
         let mut backoff = Duration::from_millis(100);
+        // Past this, the host stops without committing (a restart replays): it polls no records
+        // while it waits, and past max.poll.interval.ms (300 s) the group would give its tasks
+        // to another member while it still produced.
+        let give_up = Instant::now() + DELIVERY_BOUND;
         while !queue.is_empty() {
             let sent = std::mem::take(&mut queue);
             let mut refused: Vec<(Origin, String)> = Vec::new();
@@ -300,6 +315,13 @@ impl Sink {
                 }
             }
             if !resend.is_empty() {
+                if Instant::now() >= give_up {
+                    bail!(
+                        "{} outputs or dead letters could not be delivered within {} s; stopping without committing them (a restart replays them)",
+                        resend.len(),
+                        DELIVERY_BOUND.as_secs()
+                    );
+                }
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(5));
                 queue.extend(resend);
@@ -311,12 +333,12 @@ impl Sink {
     fn await_in_flight(&self) -> Result<()> {
         // Not `flush`: rdkafka's `BaseProducer::poll` always waits out its whole timeout, and
         // `flush` polls in 100 ms steps, so every flush took at least 100 ms (seen on the mock
-        // cluster: a task capped at 10 batches a second). librdkafka fails a record itself after
-        // message.timeout.ms; the bound here only guards against a hang.
-        let deadline = Instant::now() + Duration::from_secs(600);
+        // cluster: a task capped at 10 batches a second). librdkafka would retry a record for
+        // message.timeout.ms (300 s); the host gives up sooner (see DELIVERY_BOUND).
+        let deadline = Instant::now() + DELIVERY_BOUND;
         while self.producer.in_flight_count() > 0 {
             if Instant::now() >= deadline {
-                bail!("outputs not acknowledged within 600 s; stopping without committing them (a restart replays them)");
+                bail!("outputs not acknowledged within {} s; stopping without committing them (a restart replays them)", DELIVERY_BOUND.as_secs());
             }
             self.producer.poll(Duration::from_millis(1));
         }
