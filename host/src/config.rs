@@ -513,7 +513,10 @@ mod duration {
 mod tests {
     use super::*;
 
-    const MINIMAL: &str = r#"
+    /// Every section but `[output]`.
+    macro_rules! without_output {
+        () => {
+            r#"
         [kafka]
         bootstrap_servers = "localhost:9092"
         group_id = "g"
@@ -523,10 +526,18 @@ mod tests {
         window = "5m"
         [plugin]
         path = "p.wasm"
+    "#
+        };
+    }
+
+    const MINIMAL: &str = concat!(
+        without_output!(),
+        r#"
         [output]
         topic = "out"
         dead_letter_topic = "dlq"
-    "#;
+    "#
+    );
 
     #[test]
     fn a_minimal_file_gets_the_documented_defaults() {
@@ -659,26 +670,9 @@ mod tests {
             .to_string();
         assert!(err.contains("group_id"), "{err}");
     }
-}
-
-#[cfg(test)]
-mod output_tests {
-    use super::*;
-
-    const BASE: &str = r#"
-        [kafka]
-        bootstrap_servers = "localhost:9092"
-        group_id = "g"
-        [join]
-        left = "orders"
-        right = "payments"
-        window = "5m"
-        [plugin]
-        path = "p.wasm"
-    "#;
 
     fn err(output: &str) -> String {
-        Config::parse(&format!("{BASE}\n[output]\n{output}"))
+        Config::parse(&format!("{}\n[output]\n{output}", without_output!()))
             .unwrap_err()
             .to_string()
     }
@@ -698,7 +692,8 @@ mod output_tests {
             "{e}"
         );
         let ok = Config::parse(&format!(
-            "{BASE}\n[output]\ntopic = \"out\"\ndead_letter_topic = \"dlq\"\nallowed_topics = [\"audit\"]"
+            "{}\n[output]\ntopic = \"out\"\ndead_letter_topic = \"dlq\"\nallowed_topics = [\"audit\"]",
+            without_output!()
         ))
         .unwrap();
         assert_eq!(ok.output.allowed_topics, Some(vec!["audit".to_owned()]));

@@ -308,7 +308,8 @@ impl PartitionTask {
         self.queue.set_end_offset_floor(Side::Right, floor[1]);
     }
 
-    /// The wall clock now (Unix ms), against which `max_future_ms` is measured.
+    /// The wall clock now (Unix ms), against which `max_future_ms` is measured when a record is
+    /// pushed: give it before the first push (until then no timestamp is too far ahead).
     pub fn set_wall_clock(&mut self, unix_ms: i64) {
         self.latest_timestamp_ms = unix_ms.saturating_add(self.policy.max_future_ms);
     }
@@ -359,9 +360,7 @@ impl PartitionTask {
                         event,
                     );
                 }
-            } else if admission == Admission::FutureTimestamp
-                || event.timestamp > self.latest_timestamp_ms
-            {
+            } else if admission == Admission::FutureTimestamp {
                 // A record from the far future would move stream time past every window: all
                 // that follows would be late, across restarts. It is kept out of the join.
                 self.counters.future_timestamps += 1;
