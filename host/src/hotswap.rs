@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::metrics::Metrics;
 use crate::plugin::{LoadError, PluginRegistry, PluginVersion};
+use crate::report::Happened;
 
 /// Swaps `bytes` in as plugin `name` and counts the outcome; `source` names where they came
 /// from, for the log.
@@ -23,18 +24,23 @@ pub fn swap_recorded(
     match registry.swap_named(bytes, name) {
         Ok(version) => {
             if version.generation != before {
-                metrics.update(|m| m.swaps += 1);
-                tracing::info!(plugin = %version.label, generation = version.generation, source, "plugin swapped");
+                Happened::PluginSwapped {
+                    label: &*version.label,
+                    generation: version.generation,
+                    source,
+                }
+                .emit(metrics);
             }
             Ok(version)
         }
         Err(e) => {
-            metrics.update(|m| m.swaps_refused += 1);
-            tracing::error!(
+            Happened::SwapRefused {
+                name,
+                running: &*registry.current().label,
                 source,
-                "plugin {name} refused, {} keeps running: {e}",
-                registry.current().label
-            );
+                error: &e,
+            }
+            .emit(metrics);
             Err(e)
         }
     }

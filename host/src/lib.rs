@@ -13,10 +13,12 @@
 //! - [`kafka`]: the Kafka side — client configuration, the source (consumer, rebalances, commits),
 //!   the sink (outputs and dead letters, acknowledgements, refusals), and its pure parts:
 //!   co-partitioning checks and producer partitioners.
-//! - [`metrics`]: what a running host counts, rendered in Prometheus' text format.
+//! - [`metrics`]: what a running host counts, encoded as OpenMetrics text by prometheus-client.
 //! - [`plugin`]: the WebAssembly side — engine, sandbox, instances, hot-swap registry.
 //!   It depends on `event` only; the Kafka side will not import it, nor it the Kafka side.
 //! - [`replay`]: `cojoin plugin test` — a recorded stream through the real tasks and plugin.
+//! - [`report`]: each thing in a host's life (group joined, tasks assigned, commits, swaps), logged
+//!   and counted in one place.
 //! - [`run`]: `cojoin run` — the loop from the Kafka source through the tasks and the plugin to
 //!   the Kafka sink; the plugin as a task's action.
 //! - [`task`]: `PartitionTask`, one co-partitioned task: join core + an action, emitting what to
@@ -36,6 +38,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod plugin;
 pub mod replay;
+pub mod report;
 pub mod run;
 pub mod task;
 pub mod wiring;

@@ -168,9 +168,7 @@ fn init_logging(format: LogFormat) {
         // By default, warnings and one line for each thing an operator follows: the admin URL,
         // joining the group, tasks assigned and revoked, plugin loads and swaps.
         .unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new(
-                "warn,cojoin::plugin=info,cojoin::run=info,cojoin::hotswap=info",
-            )
+            tracing_subscriber::EnvFilter::new("warn,cojoin::plugin=info,cojoin::report=info")
         });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -391,7 +389,7 @@ fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {
                 watched.is_dir().then(|| watched.clone()),
             ),
         )?;
-        tracing::info!(target: "cojoin::run", url = %server.url(), "admin server listening (/metrics, /healthz, /readyz, /plugins)");
+        cojoin::report::Happened::AdminListening { url: &server.url() }.emit(&host.metrics);
         Some(server)
     } else {
         None

@@ -107,6 +107,14 @@ pub struct Snapshot {
     pub swaps: u64,
     pub swaps_refused: u64,
     pub rebalances: u64,
+    /// Tasks this host started, dropped on revoke, and halted (`plugin.failure = "halt"`).
+    pub tasks_assigned: u64,
+    pub tasks_revoked: u64,
+    pub tasks_halted: u64,
+    /// Errors the consumer reported (a broker away, a partition's leader moving).
+    pub consumer_errors: u64,
+    /// Deliveries that failed for a reason that may pass and were sent again.
+    pub delivery_retries: u64,
     /// Processing has started on an assignment (for `/readyz`).
     pub processing: bool,
 }
@@ -236,6 +244,31 @@ impl Collector for Scrape {
                 "cojoin_rebalances",
                 "Assignments received from the group.",
                 s.rebalances,
+            ),
+            (
+                "cojoin_tasks_assigned",
+                "Tasks started on this host (a partition number of both topics assigned).",
+                s.tasks_assigned,
+            ),
+            (
+                "cojoin_tasks_revoked",
+                "Tasks dropped, with their state, because the group moved them away.",
+                s.tasks_revoked,
+            ),
+            (
+                "cojoin_tasks_halted",
+                "Tasks stopped by a plugin failure under plugin.failure = \"halt\" (their partitions paused).",
+                s.tasks_halted,
+            ),
+            (
+                "cojoin_consumer_errors",
+                "Errors the consumer reported while polling (it retries on its own).",
+                s.consumer_errors,
+            ),
+            (
+                "cojoin_delivery_retries",
+                "Outputs or dead letters sent again after a delivery failure that may pass.",
+                s.delivery_retries,
             ),
         ] {
             counter(&mut e, name, help, value)?;

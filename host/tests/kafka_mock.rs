@@ -435,6 +435,12 @@ fn the_counts_of_a_known_run_match_what_reached_the_topics() {
         ("cojoin_records_produced_total", 43),
         ("cojoin_refused_outputs_total", 0),
         ("cojoin_commit_failures_total", 0),
+        // One host alone in its group: one assignment, every task started once, none moved.
+        ("cojoin_rebalances_total", 1),
+        ("cojoin_tasks_assigned_total", PARTITIONS as u64),
+        ("cojoin_tasks_revoked_total", 0),
+        ("cojoin_tasks_halted_total", 0),
+        ("cojoin_delivery_retries_total", 0),
     ] {
         assert_eq!(sample(&page, name), Some(want), "{name}:\n{page}");
     }

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
@@ -18,6 +18,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 
 use crate::event::Event;
+use crate::metrics::Metrics;
+use crate::report::Happened;
 use crate::task::{Batch, DeadLetter, Emit, PartitionTask};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
@@ -170,13 +172,17 @@ pub struct Sink {
     output_topic: String,
     dead_letter_topic: Option<String>,
     topics: KnownTopics,
+    metrics: Arc<Metrics>,
 }
 
 impl Sink {
+    /// A producer for `output_topic` (and the dead-letter topic); what happens to it is reported
+    /// to `metrics`.
     pub fn new(
         config: &ClientConfig,
         output_topic: &str,
         dead_letter_topic: Option<&str>,
+        metrics: Arc<Metrics>,
     ) -> Result<Self> {
         let producer: BaseProducer<Deliveries> = config
             .create_with_context(Deliveries::default())
@@ -186,6 +192,7 @@ impl Sink {
             output_topic: output_topic.to_owned(),
             dead_letter_topic: dead_letter_topic.map(str::to_owned),
             topics: KnownTopics::default(),
+            metrics,
         })
     }
 
@@ -268,7 +275,7 @@ impl Sink {
                     Verdict::Refused => refused.push((origin, e.to_string())),
                     Verdict::Fatal => bail!("the producer failed for good: {e}; stopping without committing (a restart replays the uncommitted records)"),
                     Verdict::Transient => {
-                        tracing::warn!("a delivery failed ({e}); sending it again");
+                        Happened::DeliveryRetried { error: &e }.emit(&self.metrics);
                         resend.push(origin);
                     }
                 }

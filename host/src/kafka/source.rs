@@ -8,7 +8,6 @@
 //! where this one stopped.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +19,8 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::event::{Event, Side};
 use crate::join::CommitPoint;
+use crate::metrics::Metrics;
+use crate::report::Happened;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -33,49 +34,37 @@ struct Shared {
     revoked: Vec<(String, i32)>,
 }
 
-/// Offset commits the broker answered, periodic ones and those on revoke. Every commit is
-/// synchronous, so its outcome is known where it is made: librdkafka reports the outcome of an
-/// asynchronous manual commit to no one unless an `offset_commit_cb` is configured, which
-/// rdkafka's event-based consumer does not do.
-#[derive(Default)]
-struct CommitCounts {
-    done: AtomicU64,
-    failed: AtomicU64,
-}
-
-impl CommitCounts {
-    /// Counts and logs a commit's outcome; `when` says which commit it was.
-    fn record(&self, result: rdkafka::error::KafkaResult<()>, when: &str, partitions: usize) {
-        match result {
-            Ok(()) => {
-                self.done.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(partitions, "committed {when}");
-            }
-            // Nothing new to commit since the last one: not a failure.
-            Err(rdkafka::error::KafkaError::ConsumerCommit(
-                rdkafka::types::RDKafkaErrorCode::NoOffset,
-            )) => {}
-            Err(e) => {
-                self.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    partitions,
-                    "commit {when}failed (the next one retries; a restart would replay more): {e}"
-                );
-            }
+/// Counts and logs a commit's outcome. Every commit is synchronous, so its outcome is known
+/// where it is made: librdkafka reports the outcome of an asynchronous manual commit to no one
+/// unless an `offset_commit_cb` is configured, which rdkafka's event-based consumer does not do.
+fn report_commit(
+    metrics: &Metrics,
+    result: rdkafka::error::KafkaResult<()>,
+    on_revoke: bool,
+    partitions: usize,
+) {
+    match result {
+        Ok(()) => Happened::Committed {
+            partitions,
+            on_revoke,
         }
+        .emit(metrics),
+        // Nothing new to commit since the last one: not a failure.
+        Err(rdkafka::error::KafkaError::ConsumerCommit(
+            rdkafka::types::RDKafkaErrorCode::NoOffset,
+        )) => {}
+        Err(e) => Happened::CommitFailed {
+            partitions,
+            on_revoke,
+            error: &e,
+        }
+        .emit(metrics),
     }
-}
-
-/// Commits done and failed so far.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Commits {
-    pub done: u64,
-    pub failed: u64,
 }
 
 struct RebalanceContext {
     shared: Arc<Mutex<Shared>>,
-    commits: Arc<CommitCounts>,
+    metrics: Arc<Metrics>,
 }
 
 impl ClientContext for RebalanceContext {}
@@ -95,7 +84,7 @@ impl ConsumerContext for RebalanceContext {
             let commit = commit_list(points);
             if commit.count() > 0 {
                 let result = consumer.commit(&commit, CommitMode::Sync);
-                self.commits.record(result, "on revoke ", commit.count());
+                report_commit(&self.metrics, result, true, commit.count());
             }
             shared.revoked.extend(revoked);
         }
@@ -151,26 +140,31 @@ pub struct Rebalanced {
 pub struct Source {
     consumer: BaseConsumer<RebalanceContext>,
     shared: Arc<Mutex<Shared>>,
-    commits: Arc<CommitCounts>,
+    metrics: Arc<Metrics>,
     /// Every event of a topic shares its name: no allocation of a topic string per record.
     topics: [Arc<str>; 2],
 }
 
 impl Source {
-    /// A consumer for `left` and `right`, not yet subscribed.
-    pub fn new(config: &ClientConfig, left: &str, right: &str) -> Result<Self> {
+    /// A consumer for `left` and `right`, not yet subscribed; what happens to it is reported to
+    /// `metrics`.
+    pub fn new(
+        config: &ClientConfig,
+        left: &str,
+        right: &str,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self> {
         let shared = Arc::new(Mutex::new(Shared::default()));
-        let commits = Arc::new(CommitCounts::default());
         let consumer = config
             .create_with_context(RebalanceContext {
                 shared: shared.clone(),
-                commits: commits.clone(),
+                metrics: metrics.clone(),
             })
             .context("creating the Kafka consumer (check [kafka] and [kafka.options])")?;
         Ok(Source {
             consumer,
             shared,
-            commits,
+            metrics,
             topics: [left.into(), right.into()],
         })
     }
@@ -211,7 +205,7 @@ impl Source {
         match self.consumer.poll(timeout)? {
             Ok(m) => Some(self.record(&m)),
             Err(e) => {
-                tracing::warn!("consumer error: {e}");
+                Happened::ConsumerError { error: &e }.emit(&self.metrics);
                 None
             }
         }
@@ -365,15 +359,7 @@ impl Source {
         }
         let count = points.len();
         let result = self.consumer.commit(&commit_list(points), CommitMode::Sync);
-        self.commits.record(result, "", count);
-    }
-
-    /// Commits done and failed so far.
-    pub fn commits(&self) -> Commits {
-        Commits {
-            done: self.commits.done.load(Ordering::Relaxed),
-            failed: self.commits.failed.load(Ordering::Relaxed),
-        }
+        report_commit(&self.metrics, result, false, count);
     }
 
     /// Leaves the group (revoking, and so committing, what is held).

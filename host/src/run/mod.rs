@@ -23,10 +23,11 @@ use anyhow::Result;
 
 use crate::config::Config;
 use crate::kafka::sink::{Acknowledged, Sink};
-use crate::kafka::source::{Commits, Source};
+use crate::kafka::source::Source;
 use crate::kafka::{assignment, client};
 use crate::metrics::{Metrics, TaskGauges};
 use crate::plugin::PluginRegistry;
+use crate::report::Happened;
 use crate::task::{pool, PartitionTask, TaskCounters, TaskPolicy};
 use action::MeteredAction;
 
@@ -85,17 +86,29 @@ impl Host {
     pub fn run(&self, shutdown: &AtomicBool) -> Result<()> {
         let cfg = &self.config;
         let (left, right) = (cfg.join.left.as_str(), cfg.join.right.as_str());
-        let source = Source::new(&client::consumer(&cfg.kafka), left, right)?;
+        let source = Source::new(
+            &client::consumer(&cfg.kafka),
+            left,
+            right,
+            self.metrics.clone(),
+        )?;
         let mut sink = Sink::new(
             &client::producer(&cfg.kafka),
             &cfg.output.topic,
             cfg.output.dead_letter_topic.as_deref(),
+            self.metrics.clone(),
         )?;
         let counts = source.partition_counts()?;
         assignment::check_counts(left, counts[0], right, counts[1])?;
         sink.verify_topics()?;
         source.subscribe()?;
-        tracing::info!(left, right, partitions = counts[0], group = %cfg.kafka.group_id, "joining the group");
+        Happened::JoiningGroup {
+            left,
+            right,
+            partitions: counts[0],
+            group: &cfg.kafka.group_id,
+        }
+        .emit(&self.metrics);
 
         let policy = crate::wiring::task_policy(cfg);
         let mut workers = self.start_workers(counts[0])?;
@@ -124,7 +137,7 @@ impl Host {
                 run.lags = source.lag(run.tasks.keys().copied());
                 last_lag = Instant::now();
             }
-            self.publish_metrics(&run, &mut workers, sink.acknowledged(), source.commits());
+            self.publish_metrics(&run, &mut workers, sink.acknowledged());
             self.heartbeat_ms
                 .store(crate::admin::now_ms(), Ordering::Relaxed);
             if last_commit.elapsed() >= COMMIT_INTERVAL {
@@ -134,7 +147,7 @@ impl Host {
         }
         source.commit();
         source.close();
-        tracing::info!("left the group");
+        Happened::LeftGroup.emit(&self.metrics);
         Ok(())
     }
 
@@ -184,8 +197,13 @@ impl Host {
             };
             task.acknowledge(batch);
             if let Some(reason) = task.halted() {
-                let (left, right) = (&self.config.join.left, &self.config.join.right);
-                tracing::error!("{reason}; pausing partition {partition} of {left} and {right}");
+                Happened::TaskHalted {
+                    task: partition,
+                    reason,
+                    left: &self.config.join.left,
+                    right: &self.config.join.right,
+                }
+                .emit(&self.metrics);
                 source.pause(partition)?;
             }
         }
@@ -211,13 +229,12 @@ impl Host {
         for (_, partition) in &rebalanced.revoked {
             if let Some(task) = run.tasks.remove(partition) {
                 run.retired.add(&task.counters);
-                tracing::info!(task = partition, "task revoked; its state is dropped");
+                Happened::TaskRevoked { task: *partition }.emit(&self.metrics);
             }
         }
         let Some(assigned) = rebalanced.assigned else {
             return Ok(());
         };
-        self.metrics.update(|m| m.rebalances += 1);
         let held = |topic: &str| -> Vec<i32> {
             let mut ps: Vec<i32> = assigned
                 .iter()
@@ -227,8 +244,11 @@ impl Host {
             ps.sort_unstable();
             ps
         };
-        // One line per assignment, both topics side by side: co-partitioning is visible in the log.
-        tracing::info!(left = ?held(left), right = ?held(right), "assignment");
+        Happened::Assignment {
+            left: &held(left),
+            right: &held(right),
+        }
+        .emit(&self.metrics);
         let numbers =
             assignment::tasks(left, right, assigned.iter().map(|(t, p)| (t.as_str(), *p)))?;
         let new: Vec<i32> = numbers
@@ -241,9 +261,11 @@ impl Host {
         let starts = source.committed(&new)?;
         for p in new {
             let start = starts[&p];
-            tracing::info!(task = p, left_offset = start[0].offset, right_offset = start[1].offset,
-                left_processed_through = ?start[0].processed_through, right_processed_through = ?start[1].processed_through,
-                "task assigned");
+            Happened::TaskAssigned {
+                task: p,
+                start: &start,
+            }
+            .emit(&self.metrics);
             let mut task = PartitionTask::new(p, policy.clone(), start);
             task.set_wall_clock(crate::admin::now_ms() as i64);
             // The consumer's cached end offsets may predate this assignment (kept from an earlier
@@ -260,7 +282,6 @@ impl Host {
         run: &Running,
         workers: &mut [MeteredAction],
         acknowledged: Acknowledged,
-        commits: Commits,
     ) {
         let mut counters = run.retired.clone();
         for task in run.tasks.values() {
@@ -283,8 +304,6 @@ impl Host {
             m.counters = counters;
             m.outputs_acknowledged = acknowledged.outputs;
             m.dead_letters_acknowledged = acknowledged.dead_letters;
-            m.commits = commits.done;
-            m.commit_failures = commits.failed;
             m.tasks = gauges;
             m.processing = !m.tasks.is_empty();
             for (label, stats) in calls {
