@@ -6,8 +6,9 @@
 //! bootstrap_servers = "localhost:9092"
 //! group_id = "orders-payments"
 //! # instance_id = "host-1"            # static membership: stable assignment across restarts
+//! # group_protocol = "auto"           # auto | consumer (KIP-848) | classic
 //! [kafka.options]                     # raw librdkafka options, applied last
-//! "session.timeout.ms" = "6000"
+//! "fetch.wait.max.ms" = "100"
 //!
 //! [join]
 //! left = "orders"
@@ -109,10 +110,36 @@ pub struct KafkaConfig {
     /// rebalance. Default: none.
     #[serde(default)]
     pub instance_id: Option<String>,
+    /// The consumer group protocol. Default: `auto`.
+    #[serde(default)]
+    pub group_protocol: GroupProtocol,
     /// Raw librdkafka options, applied after cojoin's own (so they win). Default: none.
     #[serde(default)]
     pub options: BTreeMap<String, String>,
 }
+
+/// How the group assigns partitions to hosts.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupProtocol {
+    /// The new protocol where the broker enables it (Apache Kafka 4.0 and later), else classic.
+    #[default]
+    Auto,
+    /// KIP-848: the broker assigns with its sticky, co-partitioning `range` assignor, and moves
+    /// partitions one at a time; tasks that stay keep running through a rebalance.
+    Consumer,
+    /// librdkafka's eager `range` assignor: every rebalance stops and restarts every task.
+    Classic,
+}
+
+/// librdkafka options the new group protocol does not have (the broker owns them); set with
+/// them, librdkafka refuses to create the consumer.
+pub const CLASSIC_ONLY_OPTIONS: [&str; 4] = [
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "partition.assignment.strategy",
+    "group.protocol.type",
+];
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
@@ -331,6 +358,27 @@ impl Config {
                 "is empty",
                 "name the consumer group all hosts of this join share",
             );
+        }
+        for set in ["group.protocol", "group.remote.assignor"] {
+            if self.kafka.options.contains_key(set) {
+                return invalid(
+                    "kafka.options",
+                    &format!("sets {set:?}, which cojoin sets itself"),
+                    "remove it and set kafka.group_protocol = \"auto\", \"consumer\" or \"classic\"",
+                );
+            }
+        }
+        if self.kafka.group_protocol == GroupProtocol::Consumer {
+            if let Some(set) = CLASSIC_ONLY_OPTIONS
+                .iter()
+                .find(|o| self.kafka.options.contains_key(**o))
+            {
+                return invalid(
+                    "kafka.options",
+                    &format!("sets {set:?}, which the consumer group protocol (KIP-848) does not have: the broker decides it (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms)"),
+                    "remove it, or set kafka.group_protocol = \"classic\"",
+                );
+            }
         }
         for (field, topic) in [
             ("join.left", &self.join.left),

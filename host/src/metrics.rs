@@ -107,6 +107,16 @@ pub struct Snapshot {
     pub swaps: u64,
     pub swaps_refused: u64,
     pub rebalances: u64,
+    /// The consumer group protocol running (`consumer` or `classic`), once chosen.
+    pub group_protocol: Option<&'static str>,
+    /// Seconds from the first partition moved until every held partition had its pair, summed
+    /// over `rebalances`.
+    pub rebalance_seconds: f64,
+    /// Tasks whose first partition waited for the second, and the seconds they waited.
+    pub pair_waits: u64,
+    pub pair_wait_seconds: f64,
+    /// Tasks of which this host holds one partition but not the other (paused).
+    pub tasks_waiting: u64,
     /// Tasks this host started, dropped on revoke, and halted (`plugin.failure = "halt"`).
     pub tasks_assigned: u64,
     pub tasks_revoked: u64,
@@ -242,8 +252,13 @@ impl Collector for Scrape {
             ),
             (
                 "cojoin_rebalances",
-                "Assignments received from the group.",
+                "Rebalances this host went through: from the first partition assigned or revoked until every held partition had its pair.",
                 s.rebalances,
+            ),
+            (
+                "cojoin_pair_waits",
+                "Tasks whose first partition arrived before the second (the new group protocol moves partitions one at a time).",
+                s.pair_waits,
             ),
             (
                 "cojoin_tasks_assigned",
@@ -274,6 +289,37 @@ impl Collector for Scrape {
             counter(&mut e, name, help, value)?;
         }
 
+        for (name, help, value) in [
+            (
+                "cojoin_rebalance_seconds",
+                "Seconds spent in rebalances (see cojoin_rebalances_total).",
+                s.rebalance_seconds,
+            ),
+            (
+                "cojoin_pair_wait_seconds",
+                "Seconds tasks waited for their second partition (see cojoin_pair_waits_total).",
+                s.pair_wait_seconds,
+            ),
+        ] {
+            e.encode_descriptor(name, help, None, MetricType::Counter)?
+                .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+        }
+        if let Some(protocol) = s.group_protocol {
+            e.encode_descriptor(
+                "cojoin_group_protocol",
+                "The consumer group protocol this host runs (consumer: KIP-848; classic: eager range), as a label; always 1.",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_family(&[("protocol", protocol)])?
+            .encode_gauge(&1u64)?;
+        }
+        gauge(
+            &mut e,
+            "cojoin_tasks_waiting_for_pair",
+            "Tasks of which this host holds one partition without the other (that half paused).",
+            s.tasks_waiting,
+        )?;
         gauge(
             &mut e,
             "cojoin_assigned_tasks",

@@ -1,5 +1,6 @@
 //! What a host tells its operator. Each thing that happens in a host's life — the admin server
-//! listening, joining and leaving the group, an assignment, a task assigned, revoked or halted, an
+//! listening, the group protocol, joining and leaving the group, partitions moved, a rebalance
+//! done, a task assigned, waiting for its pair, revoked or halted, an
 //! offset commit, a consumer error, a delivery sent again, a plugin swapped or refused — is a
 //! [`Happened`], emitted once where it happens. [`Happened::emit`] writes its log line and bumps
 //! its counter side by side, in one match, so a log line and its count cannot drift apart (as
@@ -29,14 +30,33 @@ pub enum Happened<'a> {
         partitions: usize,
         group: &'a str,
     },
-    /// The group gave this host these partitions (a rebalance).
-    Assignment {
-        left: &'a [i32],
-        right: &'a [i32],
+    /// Which consumer group protocol runs, and why.
+    GroupProtocol {
+        protocol: &'static str,
+        why: &'a str,
     },
+    /// Partitions this host got and lost, by partition number, left and right topic.
+    PartitionsMoved {
+        assigned: [&'a [i32]; 2],
+        revoked: [&'a [i32]; 2],
+    },
+    /// Every held partition has its pair again: the rebalance is over for this host.
+    RebalanceDone {
+        took_ms: i64,
+        tasks: usize,
+    },
+    /// A task started; `waited_ms` is how long its first half waited for the second.
     TaskAssigned {
         task: i32,
         start: &'a [CommitPoint; 2],
+        waited_ms: Option<i64>,
+    },
+    /// One partition of a task has been held for a while without the other.
+    TaskWaiting {
+        task: i32,
+        waited_ms: i64,
+        left: &'a str,
+        right: &'a str,
     },
     TaskRevoked {
         task: i32,
@@ -94,18 +114,51 @@ impl Happened<'_> {
             } => {
                 tracing::info!(target: "cojoin::report", left, right, partitions, group, "joining the group");
             }
-            Assignment { left, right } => {
-                metrics.update(|m| m.rebalances += 1);
-                // Both topics side by side: co-partitioning is visible in the log.
-                tracing::info!(target: "cojoin::report", ?left, ?right, "assignment");
+            GroupProtocol { protocol, why } => {
+                metrics.update(|m| m.group_protocol = Some(protocol));
+                tracing::info!(target: "cojoin::report", "group protocol {protocol}: {why}");
             }
-            TaskAssigned { task, start } => {
-                metrics.update(|m| m.tasks_assigned += 1);
+            PartitionsMoved { assigned, revoked } => {
+                // Both topics side by side: co-partitioning is visible in the log.
+                tracing::info!(target: "cojoin::report",
+                    assigned_left = ?assigned[0], assigned_right = ?assigned[1],
+                    revoked_left = ?revoked[0], revoked_right = ?revoked[1],
+                    "partitions moved");
+            }
+            RebalanceDone { took_ms, tasks } => {
+                metrics.update(|m| {
+                    m.rebalances += 1;
+                    m.rebalance_seconds += took_ms as f64 / 1000.0;
+                });
+                tracing::info!(target: "cojoin::report", took_ms, tasks, "rebalance done: every held partition has its pair");
+            }
+            TaskAssigned {
+                task,
+                start,
+                waited_ms,
+            } => {
+                metrics.update(|m| {
+                    m.tasks_assigned += 1;
+                    if let Some(waited) = waited_ms {
+                        m.pair_waits += 1;
+                        m.pair_wait_seconds += waited as f64 / 1000.0;
+                    }
+                });
                 tracing::info!(target: "cojoin::report", task,
                     left_offset = start[0].offset, right_offset = start[1].offset,
                     left_processed_through = ?start[0].processed_through,
                     right_processed_through = ?start[1].processed_through,
+                    waited_for_pair_ms = ?waited_ms,
                     "task assigned");
+            }
+            TaskWaiting {
+                task,
+                waited_ms,
+                left,
+                right,
+            } => {
+                tracing::warn!(target: "cojoin::report", task, waited_ms,
+                    "task {task}: this host holds one of {left}-{task} and {right}-{task} without the other; that half stays paused until the group moves the other here or the first away (if it lasts, check that every member of the group runs the same join)");
             }
             TaskRevoked { task } => {
                 metrics.update(|m| m.tasks_revoked += 1);

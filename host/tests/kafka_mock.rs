@@ -12,7 +12,9 @@ use cojoin::run::Host;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DefaultProducerContext, Producer, ThreadedProducer,
+};
 use rdkafka::ClientConfig;
 
 #[path = "support/mod.rs"]
@@ -22,15 +24,19 @@ use support::plugin_path;
 const BASE_TS: i64 = 1_764_680_400_000;
 const PARTITIONS: i32 = 4;
 
-fn config(bootstrap: &str, group: &str) -> Config {
+/// The classic protocol's fast group settings (auto picks classic with them).
+const CLASSIC: &str = r#"
+        [kafka.options]
+        "session.timeout.ms" = "6000"
+        "heartbeat.interval.ms" = "500""#;
+
+fn config(bootstrap: &str, group: &str, group_settings: &str) -> Config {
     Config::parse(&format!(
         r#"
         [kafka]
         bootstrap_servers = "{bootstrap}"
         group_id = "{group}"
-        [kafka.options]
-        "session.timeout.ms" = "6000"
-        "heartbeat.interval.ms" = "500"
+        {group_settings}
         [join]
         left = "orders"
         right = "payments"
@@ -54,6 +60,10 @@ struct RunningHost {
 }
 
 fn start_host(bootstrap: &str, group: &str) -> RunningHost {
+    start_host_with(bootstrap, group, CLASSIC)
+}
+
+fn start_host_with(bootstrap: &str, group: &str, group_settings: &str) -> RunningHost {
     let engine = PluginEngine::new(EngineOptions {
         cache_dir: Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache")),
         ..EngineOptions::default()
@@ -66,7 +76,7 @@ fn start_host(bootstrap: &str, group: &str) -> RunningHost {
         vec![],
     )
     .unwrap();
-    let host = Host::new(config(bootstrap, group), registry);
+    let host = Host::new(config(bootstrap, group, group_settings), registry);
     let metrics = host.metrics.clone();
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();
@@ -286,7 +296,7 @@ fn topics_with_different_partition_counts_are_refused_with_the_fix() {
     cluster.create_topic("orders-paid", 1, 1).unwrap();
     cluster.create_topic("dlq", 1, 1).unwrap();
     let bootstrap = cluster.bootstrap_servers();
-    let config = config(&bootstrap, "unequal");
+    let config = config(&bootstrap, "unequal", CLASSIC);
 
     let report = cojoin::check::check(&config, 100).unwrap();
     assert_eq!(report.problems.len(), 1, "{report:?}");
@@ -318,7 +328,7 @@ fn check_finds_keys_that_producers_put_in_different_partitions() {
     java.flush(Duration::from_secs(10)).unwrap();
     rdkafka_default.flush(Duration::from_secs(10)).unwrap();
 
-    let report = cojoin::check::check(&config(&bootstrap, "check"), 1_000).unwrap();
+    let report = cojoin::check::check(&config(&bootstrap, "check", CLASSIC), 1_000).unwrap();
     let text = format!("{report:?}");
     assert_eq!(report.problems.len(), 1, "{text}");
     assert!(
@@ -344,7 +354,7 @@ fn check_passes_when_both_producers_agree() {
     let (_cluster, bootstrap) = join_cluster();
     let p = producer(&bootstrap);
     produce_orders(&p, 0, 40);
-    let report = cojoin::check::check(&config(&bootstrap, "check-ok"), 1_000).unwrap();
+    let report = cojoin::check::check(&config(&bootstrap, "check-ok", CLASSIC), 1_000).unwrap();
     assert!(report.problems.is_empty(), "{report:?}");
     assert!(
         report
@@ -446,4 +456,127 @@ fn the_counts_of_a_known_run_match_what_reached_the_topics() {
     }
     // Every output the broker acknowledged is on the output topic, and no more.
     assert_eq!(outputs.len(), 40, "{outputs:?}");
+}
+
+/// A mock cluster like [`join_cluster`]'s whose KIP-848 coordinator asks for a heartbeat every
+/// 200 ms (the mock's default is 3 s, so every partition move would take seconds). rdkafka's
+/// `MockCluster` keeps its handle private, so the cluster is made through a client's
+/// `test.mock.num.brokers`; the returned client owns it.
+fn new_protocol_cluster() -> (BaseProducer, String) {
+    use rdkafka::bindings as rd;
+    let owner: BaseProducer = ClientConfig::new()
+        .set("test.mock.num.brokers", "1")
+        .create()
+        .unwrap();
+    // SAFETY: the mock cluster lives as long as `owner`, which the caller keeps; the strings are
+    // NUL-terminated locals.
+    let bootstrap = unsafe {
+        let mock = rd::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
+        assert!(!mock.is_null());
+        for (topic, partitions) in [
+            ("orders", PARTITIONS),
+            ("payments", PARTITIONS),
+            ("orders-paid", 1),
+            ("dlq", 1),
+        ] {
+            let name = std::ffi::CString::new(topic).unwrap();
+            let err = rd::rd_kafka_mock_topic_create(mock, name.as_ptr(), partitions, 1);
+            assert_eq!(err, rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR);
+        }
+        rd::rd_kafka_mock_set_group_consumer_heartbeat_interval_ms(mock, 200);
+        rd::rd_kafka_mock_set_group_consumer_session_timeout_ms(mock, 3_000);
+        std::ffi::CStr::from_ptr(rd::rd_kafka_mock_cluster_bootstraps(mock))
+            .to_string_lossy()
+            .into_owned()
+    };
+    (owner, bootstrap)
+}
+
+/// What a scale-out from one host to two did to the first host.
+struct ScaleOut {
+    /// Tasks the first host started (its own four, and again those it restarted).
+    assigned: u64,
+    revoked: u64,
+}
+
+/// One host runs half the stream; a second joins; the rest of the stream; every order must be
+/// reported. Returns the first host's task counts.
+fn scale_out(bootstrap: &str, group_settings: &str, protocol: &str) -> ScaleOut {
+    let group = format!("scale-{protocol}-{}", std::process::id());
+    let p = producer(bootstrap);
+    produce_orders(&p, 0, 100);
+    let first = start_host_with(bootstrap, &group, group_settings);
+    let paid = |o: &[(String, String)]| o.iter().filter(|(_, s)| s == "paid").count();
+    read_outputs(bootstrap, |o| paid(o) >= 75);
+    let page = first.metrics.render();
+    let running = format!("cojoin_group_protocol{{protocol=\"{protocol}\"}} 1");
+    assert!(page.contains(&running), "{page}");
+
+    let second = start_host_with(bootstrap, &group, group_settings);
+    // The group settles when each host holds two tasks and no half waits for its pair.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let [a, b] = [&first, &second].map(|h| h.metrics.render());
+        let settled = [&a, &b].iter().all(|page| {
+            sample(page, "cojoin_assigned_tasks") == Some(2)
+                && sample(page, "cojoin_tasks_waiting_for_pair") == Some(0)
+        });
+        if settled {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group did not settle:\n{a}\n{b}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    produce_orders(&p, 100, 200);
+    produce_ticks(&p);
+    let outputs = read_outputs(bootstrap, |o| {
+        let distinct: std::collections::HashSet<_> = o.iter().collect();
+        distinct.len() >= 200
+    });
+    assert_every_order_reported(&outputs);
+    let page = first.metrics.render();
+    second.stop();
+    first.stop();
+    ScaleOut {
+        assigned: sample(&page, "cojoin_tasks_assigned_total").unwrap(),
+        revoked: sample(&page, "cojoin_tasks_revoked_total").unwrap(),
+    }
+}
+
+#[test]
+fn under_the_new_protocol_a_host_that_gains_a_peer_keeps_the_tasks_it_keeps() {
+    let (_cluster, bootstrap) = new_protocol_cluster();
+    let figures = scale_out(&bootstrap, r#"group_protocol = "consumer""#, "consumer");
+    // Four tasks, then two of them move to the new host: the two that stay are never restarted.
+    assert_eq!((figures.assigned, figures.revoked), (4, 2));
+}
+
+#[test]
+fn under_the_classic_protocol_a_host_that_gains_a_peer_restarts_every_task() {
+    let (_cluster, bootstrap) = join_cluster();
+    let figures = scale_out(&bootstrap, CLASSIC, "classic");
+    // Eager: all four revoked, then the two it keeps started again.
+    assert_eq!((figures.assigned, figures.revoked), (6, 4));
+}
+
+#[test]
+fn auto_runs_the_classic_protocol_where_the_broker_does_not_say_it_enables_the_new_one() {
+    // The mock cluster answers no DescribeConfigs.
+    let (_cluster, bootstrap) = join_cluster();
+    let t = Instant::now();
+    let host = start_host_with(&bootstrap, &format!("auto-{}", std::process::id()), "");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !host
+        .metrics
+        .render()
+        .contains("cojoin_group_protocol{protocol=\"classic\"} 1")
+    {
+        assert!(Instant::now() < deadline, "{}", host.metrics.render());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("protocol chosen in {:?}", t.elapsed());
+    host.stop();
 }

@@ -1,10 +1,9 @@
 //! Co-partitioning: partition p of the left topic and partition p of the right topic form task p,
-//! and must be owned by the same host. The range assignor guarantees it when every member subscribes
-//! to both topics and the partition counts are equal; it fails silently otherwise, so both are
-//! checked — counts when a host starts (`run` and `check`), pairs on every assignment. A topic
-//! that grows while hosts run is not noticed until a host restarts.
-
-use std::collections::BTreeSet;
+//! and must be owned by the same host. Both range assignors (librdkafka's for the classic protocol,
+//! the broker's for KIP-848) keep them together when every member subscribes to both topics and
+//! the partition counts are equal; counts are checked here when a host starts (`run` and
+//! `check`), and a task runs only while its host holds both partitions (pairing.rs). A topic that
+//! grows while hosts run is not noticed until a host restarts.
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -27,19 +26,6 @@ pub enum AssignmentError {
         "{topic} has no partitions (does it exist?); create it with as many partitions as {other}"
     )]
     Empty { topic: String, other: String },
-    #[error(
-        "partition {partition} of {held} is assigned to this host but partition {partition} of \
-         {missing} is not: the group's members do not all subscribe to both topics with the range \
-         assignor. Fix: run every member with the same join topics and \
-         partition.assignment.strategy=range"
-    )]
-    Unpaired {
-        partition: i32,
-        held: String,
-        missing: String,
-    },
-    #[error("assigned partition {partition} of {topic}, which is not a joined topic")]
-    Foreign { topic: String, partition: i32 },
 }
 
 /// Startup check on topic metadata.
@@ -75,43 +61,6 @@ pub fn check_counts(
     Ok(())
 }
 
-/// The tasks (partition numbers) of an assignment, refusing one where a partition of one topic
-/// comes without the same partition of the other.
-pub fn tasks<'a>(
-    left: &str,
-    right: &str,
-    assigned: impl IntoIterator<Item = (&'a str, i32)>,
-) -> Result<Vec<i32>, AssignmentError> {
-    let (mut l, mut r) = (BTreeSet::new(), BTreeSet::new());
-    for (topic, partition) in assigned {
-        if topic == left {
-            l.insert(partition);
-        } else if topic == right {
-            r.insert(partition);
-        } else {
-            return Err(AssignmentError::Foreign {
-                topic: topic.to_owned(),
-                partition,
-            });
-        }
-    }
-    if let Some(&p) = l.difference(&r).next() {
-        return Err(AssignmentError::Unpaired {
-            partition: p,
-            held: left.to_owned(),
-            missing: right.to_owned(),
-        });
-    }
-    if let Some(&p) = r.difference(&l).next() {
-        return Err(AssignmentError::Unpaired {
-            partition: p,
-            held: right.to_owned(),
-            missing: left.to_owned(),
-        });
-    }
-    Ok(l.into_iter().collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,27 +80,5 @@ mod tests {
             check_counts("orders", 0, "payments", 6),
             Err(AssignmentError::Empty { .. })
         ));
-    }
-
-    #[test]
-    fn an_assignment_is_a_set_of_paired_partitions() {
-        let a = [
-            ("orders", 2),
-            ("payments", 2),
-            ("orders", 0),
-            ("payments", 0),
-        ];
-        assert_eq!(tasks("orders", "payments", a).unwrap(), [0, 2]);
-        let err = tasks("orders", "payments", [("orders", 1), ("payments", 2)]).unwrap_err();
-        assert_eq!(
-            err,
-            AssignmentError::Unpaired {
-                partition: 1,
-                held: "orders".into(),
-                missing: "payments".into()
-            }
-        );
-        assert!(tasks("orders", "payments", [("other", 0)]).is_err());
-        assert_eq!(tasks("orders", "payments", []).unwrap(), Vec::<i32>::new());
     }
 }

@@ -6,6 +6,7 @@
 use rdkafka::config::ClientConfig;
 
 use crate::config::KafkaConfig;
+use crate::kafka::protocol::Protocol;
 
 /// librdkafka properties only a consumer reads (scope `C`, global and topic).
 const CONSUMER_ONLY: &[&str] = &[
@@ -104,10 +105,17 @@ pub fn base(kafka: &KafkaConfig) -> ClientConfig {
 
 /// The consumer of the joined topics: cojoin's settings, then the consumer's `kafka.options`
 /// (which win).
-pub fn consumer(kafka: &KafkaConfig) -> ClientConfig {
+pub fn consumer(kafka: &KafkaConfig, protocol: Protocol) -> ClientConfig {
     let mut c = base(kafka);
+    match protocol {
+        Protocol::Classic => c.set("partition.assignment.strategy", "range"),
+        // The broker's range assignor keeps partition p of both topics on one member, and is
+        // sticky (KIP-848).
+        Protocol::Consumer => c
+            .set("group.protocol", "consumer")
+            .set("group.remote.assignor", "range"),
+    };
     c.set("group.id", &kafka.group_id)
-        .set("partition.assignment.strategy", "range")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
@@ -160,6 +168,7 @@ mod tests {
             bootstrap_servers: "b:9092".into(),
             group_id: "g".into(),
             instance_id: None,
+            group_protocol: Default::default(),
             options: [
                 ("session.timeout.ms", "6000"),
                 ("linger.ms", "5"),
@@ -170,7 +179,7 @@ mod tests {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect(),
         };
-        let c = consumer(&kafka);
+        let c = consumer(&kafka, Protocol::Classic);
         let p = producer(&kafka);
         assert_eq!(c.get("session.timeout.ms"), Some("6000"));
         assert_eq!(p.get("session.timeout.ms"), None);
@@ -185,5 +194,24 @@ mod tests {
         );
         assert_eq!(p.get("enable.idempotence"), Some("true"));
         assert_eq!(reader(&kafka, "g-check").get("group.id"), Some("g-check"));
+    }
+
+    #[test]
+    fn the_new_protocol_asks_the_broker_for_its_range_assignor_and_sets_no_client_assignor() {
+        let kafka = KafkaConfig {
+            bootstrap_servers: "b:9092".into(),
+            group_id: "g".into(),
+            instance_id: Some("host-1".into()),
+            group_protocol: Default::default(),
+            options: Default::default(),
+        };
+        let c = consumer(&kafka, Protocol::Consumer);
+        assert_eq!(c.get("group.protocol"), Some("consumer"));
+        assert_eq!(c.get("group.remote.assignor"), Some("range"));
+        assert_eq!(c.get("partition.assignment.strategy"), None);
+        assert_eq!(c.get("group.instance.id"), Some("host-1"));
+        let classic = consumer(&kafka, Protocol::Classic);
+        assert_eq!(classic.get("partition.assignment.strategy"), Some("range"));
+        assert_eq!(classic.get("group.protocol"), None);
     }
 }

@@ -1,12 +1,15 @@
 //! The Kafka side. [`client`] configures the librdkafka clients; [`source`] is the consumer
 //! (records, rebalances, end offsets, commits) and [`sink`] the producer (outputs, dead letters,
 //! acknowledgements, refusals); the run loop ([`crate::run`]) ties them to the tasks. The pure
-//! parts: co-partitioning checks on metadata and assignments ([`assignment`]), and the producer
-//! partitioners whose mismatch breaks a join ([`partitioner`]). Nothing here imports the plugin
+//! parts: co-partitioning checks on metadata and assignments ([`assignment`]), tasks following
+//! partitions as the group moves them ([`pairing`]), the group protocol's choice ([`protocol`]),
+//! and the producer partitioners whose mismatch breaks a join ([`partitioner`]). Nothing here imports the plugin
 //! runtime.
 
 pub mod assignment;
 pub mod client;
+pub mod pairing;
 pub mod partitioner;
+pub mod protocol;
 pub mod sink;
 pub mod source;

@@ -30,8 +30,11 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 struct Shared {
     /// The latest commit point of every held partition, as the tasks published them.
     points: HashMap<(String, i32), CommitPoint>,
-    assigned: Option<Vec<(String, i32)>>,
+    /// Partitions that came and went since the loop last asked, in callback order.
+    assigned: Vec<(String, i32)>,
     revoked: Vec<(String, i32)>,
+    /// An assignment callback ran (under the classic protocol it can be empty).
+    assignment: bool,
 }
 
 /// Counts and logs a commit's outcome. Every commit is synchronous, so its outcome is known
@@ -65,6 +68,7 @@ fn report_commit(
 struct RebalanceContext {
     shared: Arc<Mutex<Shared>>,
     metrics: Arc<Metrics>,
+    topics: [Arc<str>; 2],
 }
 
 impl ClientContext for RebalanceContext {}
@@ -78,7 +82,16 @@ impl ConsumerContext for RebalanceContext {
                 .iter()
                 .map(|e| (e.topic().to_owned(), e.partition()))
                 .collect();
-            let points = revoked
+            // A task ends when either of its partitions goes: its points on both topics are
+            // committed now (the half that stays is paused until its pair comes back, and then
+            // starts from here).
+            let partitions: std::collections::BTreeSet<i32> =
+                revoked.iter().map(|(_, p)| *p).collect();
+            let task_partitions: Vec<(String, i32)> = partitions
+                .iter()
+                .flat_map(|&p| self.topics.iter().map(move |t| (t.to_string(), p)))
+                .collect();
+            let points = task_partitions
                 .iter()
                 .filter_map(|tp| shared.points.remove(tp).map(|p| (tp.clone(), p)));
             let commit = commit_list(points);
@@ -94,12 +107,12 @@ impl ConsumerContext for RebalanceContext {
         let mut shared = lock(&self.shared);
         match rebalance {
             Rebalance::Assign(tpl) => {
-                shared.assigned = Some(
-                    tpl.elements()
-                        .iter()
-                        .map(|e| (e.topic().to_owned(), e.partition()))
-                        .collect(),
-                );
+                let elements = tpl.elements();
+                let assigned = elements
+                    .iter()
+                    .map(|e| (e.topic().to_owned(), e.partition()));
+                shared.assigned.extend(assigned);
+                shared.assignment = true;
             }
             Rebalance::Revoke(_) => {}
             Rebalance::Error(e) => tracing::error!("rebalance error: {e}"),
@@ -129,12 +142,14 @@ pub struct Record {
     pub event: Event,
 }
 
-/// What changed in the group since the last call: whole rebalances, as the eager range
-/// assignor delivers them.
+/// What changed in the group since the last call, as deltas: the classic eager protocol revokes
+/// every partition and then assigns every partition; the new protocol moves a few at a time.
+#[derive(Debug, Default)]
 pub struct Rebalanced {
-    pub revoked: Vec<(String, i32)>,
-    /// `Some` after an assignment: every partition now held.
-    pub assigned: Option<Vec<(String, i32)>>,
+    pub revoked: Vec<(Side, i32)>,
+    pub assigned: Vec<(Side, i32)>,
+    /// An assignment came (possibly empty, under the classic protocol).
+    pub assignment: bool,
 }
 
 pub struct Source {
@@ -155,17 +170,19 @@ impl Source {
         metrics: Arc<Metrics>,
     ) -> Result<Self> {
         let shared = Arc::new(Mutex::new(Shared::default()));
+        let topics: [Arc<str>; 2] = [left.into(), right.into()];
         let consumer = config
             .create_with_context(RebalanceContext {
                 shared: shared.clone(),
                 metrics: metrics.clone(),
+                topics: topics.clone(),
             })
             .context("creating the Kafka consumer (check [kafka] and [kafka.options])")?;
         Ok(Source {
             consumer,
             shared,
             metrics,
-            topics: [left.into(), right.into()],
+            topics,
         })
     }
 
@@ -226,9 +243,24 @@ impl Source {
     /// What the rebalance callbacks recorded since the last call.
     pub fn rebalanced(&self) -> Rebalanced {
         let mut s = lock(&self.shared);
+        let side = |(topic, p): (String, i32)| {
+            let side = if *topic == *self.topics[0] {
+                Side::Left
+            } else {
+                Side::Right
+            };
+            (side, p)
+        };
         Rebalanced {
-            revoked: std::mem::take(&mut s.revoked),
-            assigned: s.assigned.take(),
+            revoked: std::mem::take(&mut s.revoked)
+                .into_iter()
+                .map(side)
+                .collect(),
+            assigned: std::mem::take(&mut s.assigned)
+                .into_iter()
+                .map(side)
+                .collect(),
+            assignment: std::mem::take(&mut s.assignment),
         }
     }
 
@@ -335,6 +367,40 @@ impl Source {
             tpl.add_partition(topic, p);
         }
         self.consumer.pause(&tpl).context("pausing a halted task")
+    }
+
+    /// Stops fetching one partition: a half whose pair this host does not hold.
+    pub fn pause_half(&self, side: Side, p: i32) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.topics[side as usize], p);
+        self.consumer.pause(&tpl).with_context(|| {
+            format!(
+                "pausing {}-{p} until its pair comes",
+                self.topics[side as usize]
+            )
+        })
+    }
+
+    /// Moves partition p of both topics back to where task p starts and fetches them: what was
+    /// read of a half while it waited for its pair was dropped.
+    pub fn rewind_and_resume(&self, p: i32, start: &[CommitPoint; 2]) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, point) in self.topics.iter().zip(start) {
+            tpl.add_partition_offset(topic, p, Offset::Offset(point.offset))
+                .context("building a seek list")?;
+        }
+        let sought = self
+            .consumer
+            .seek_partitions(tpl.clone(), TIMEOUT)
+            .with_context(|| format!("moving task {p} back to its committed offsets"))?;
+        for e in sought.elements() {
+            e.error().with_context(|| {
+                format!("moving {}-{p} back to its committed offset", e.topic())
+            })?;
+        }
+        self.consumer
+            .resume(&tpl)
+            .with_context(|| format!("resuming task {p}"))
     }
 
     /// Records what task p would commit now for the left and the right partition; the next

@@ -9,12 +9,17 @@
 //! to its task, which dead-letters its inputs); only then is each batch acknowledged to its task,
 //! and the record counts as processed. The task's commit points — the smallest offset it still
 //! needs, and in the metadata how far processing got — are published to the source, which commits
-//! them every second, on revoke and on shutdown. A rebalance drops revoked tasks with their state
-//! and starts assigned ones from their committed points, replaying what the state needs.
+//! them every second, on revoke and on shutdown.
+//!
+//! Tasks follow partitions (kafka/pairing.rs): a task whose partition is revoked commits and drops
+//! its state; a task starts, from its committed points (replaying what its state needs), once the
+//! host holds both its partitions; a lone half is paused until its pair comes. Under the new group
+//! protocol (KIP-848) the tasks a rebalance does not move keep running, state and queue untouched;
+//! under the classic one every rebalance revokes and restarts every task.
 
 pub mod action;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +27,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::config::Config;
+use crate::event::Side;
+use crate::kafka::pairing::Pairing;
+use crate::kafka::protocol::{self, Protocol};
 use crate::kafka::sink::{Acknowledged, Sink};
 use crate::kafka::source::Source;
 use crate::kafka::{assignment, client};
@@ -35,6 +43,8 @@ use action::MeteredAction;
 const COMMIT_INTERVAL: Duration = Duration::from_secs(1);
 /// How often consumer lag is recomputed for the metrics.
 const LAG_INTERVAL: Duration = Duration::from_secs(2);
+/// A task waiting longer than this for its pair is reported (a log line) once.
+const WAITING_REPORTED_AFTER: Duration = Duration::from_secs(5);
 /// Records polled at most per round, so that rounds (and commits) keep coming under a backlog.
 const POLL_PER_ROUND: usize = 10_000;
 
@@ -54,6 +64,10 @@ struct Running {
     /// Records consumed per side.
     consumed: [u64; 2],
     lags: HashMap<i32, [Option<i64>; 2]>,
+    /// Which partitions this host holds, and which tasks are active (both halves held).
+    pairing: Pairing,
+    /// Tasks already reported as waiting for their pair.
+    waiting_reported: BTreeSet<i32>,
 }
 
 impl Host {
@@ -86,8 +100,17 @@ impl Host {
     pub fn run(&self, shutdown: &AtomicBool) -> Result<()> {
         let cfg = &self.config;
         let (left, right) = (cfg.join.left.as_str(), cfg.join.right.as_str());
+        let (protocol, why) =
+            protocol::choose(cfg.kafka.group_protocol, &cfg.kafka.options, || {
+                protocol::broker_protocols(&client::base(&cfg.kafka))
+            });
+        Happened::GroupProtocol {
+            protocol: protocol.as_str(),
+            why: &why,
+        }
+        .emit(&self.metrics);
         let source = Source::new(
-            &client::consumer(&cfg.kafka),
+            &client::consumer(&cfg.kafka, protocol),
             left,
             right,
             self.metrics.clone(),
@@ -117,6 +140,8 @@ impl Host {
             retired: TaskCounters::default(),
             consumed: [0; 2],
             lags: HashMap::new(),
+            pairing: Pairing::new(protocol == Protocol::Classic),
+            waiting_reported: BTreeSet::new(),
         };
         let started = Instant::now();
         let (mut last_lag, mut last_commit) = (started - LAG_INTERVAL, started);
@@ -133,6 +158,7 @@ impl Host {
                 }
             }
             self.round(&source, &mut sink, &mut workers, &mut run, started)?;
+            self.report_waiting(&mut run);
             if last_lag.elapsed() >= LAG_INTERVAL {
                 run.lags = source.lag(run.tasks.keys().copied());
                 last_lag = Instant::now();
@@ -213,67 +239,110 @@ impl Host {
         Ok(())
     }
 
-    /// Applies what the rebalance callbacks recorded: drops revoked tasks, starts assigned ones
-    /// from their committed offsets and processed-through metadata.
+    /// Applies what the rebalance callbacks recorded: stops the tasks that lost a partition,
+    /// pauses halves without their pair, starts the tasks whose pair is complete from their
+    /// committed offsets and processed-through metadata. Tasks not named keep running with their
+    /// state and queue.
     fn apply_rebalance(
         &self,
         source: &Source,
         policy: &TaskPolicy,
         run: &mut Running,
     ) -> Result<()> {
-        let (left, right) = (
-            self.config.join.left.as_str(),
-            self.config.join.right.as_str(),
-        );
         let rebalanced = source.rebalanced();
-        for (_, partition) in &rebalanced.revoked {
-            if let Some(task) = run.tasks.remove(partition) {
-                run.retired.add(&task.counters);
-                Happened::TaskRevoked { task: *partition }.emit(&self.metrics);
-            }
-        }
-        let Some(assigned) = rebalanced.assigned else {
+        if rebalanced.revoked.is_empty() && rebalanced.assigned.is_empty() && !rebalanced.assignment
+        {
             return Ok(());
-        };
-        let held = |topic: &str| -> Vec<i32> {
-            let mut ps: Vec<i32> = assigned
+        }
+        let now = crate::admin::now_ms() as i64;
+        let (changes, mut settled) =
+            run.pairing
+                .apply(&rebalanced.revoked, &rebalanced.assigned, now);
+        if rebalanced.assignment && rebalanced.assigned.is_empty() {
+            settled = settled.or(run.pairing.assigned_nothing(now));
+        }
+        let numbers = |moved: &[(Side, i32)], side: Side| -> Vec<i32> {
+            let mut ps: Vec<i32> = moved
                 .iter()
-                .filter(|(t, _)| t == topic)
+                .filter(|(s, _)| *s == side)
                 .map(|(_, p)| *p)
                 .collect();
             ps.sort_unstable();
             ps
         };
-        Happened::Assignment {
-            left: &held(left),
-            right: &held(right),
+        Happened::PartitionsMoved {
+            assigned: [
+                &numbers(&rebalanced.assigned, Side::Left),
+                &numbers(&rebalanced.assigned, Side::Right),
+            ],
+            revoked: [
+                &numbers(&rebalanced.revoked, Side::Left),
+                &numbers(&rebalanced.revoked, Side::Right),
+            ],
         }
         .emit(&self.metrics);
-        let numbers =
-            assignment::tasks(left, right, assigned.iter().map(|(t, p)| (t.as_str(), *p)))?;
-        let new: Vec<i32> = numbers
-            .into_iter()
-            .filter(|p| !run.tasks.contains_key(p))
-            .collect();
-        if new.is_empty() {
-            return Ok(());
+        for p in &changes.stop {
+            if let Some(task) = run.tasks.remove(p) {
+                run.retired.add(&task.counters);
+                Happened::TaskRevoked { task: *p }.emit(&self.metrics);
+            }
         }
-        let starts = source.committed(&new)?;
-        for p in new {
-            let start = starts[&p];
-            Happened::TaskAssigned {
-                task: p,
-                start: &start,
+        for &(side, p) in &changes.pause {
+            source.pause_half(side, p)?;
+        }
+        if !changes.start.is_empty() {
+            let new: Vec<i32> = changes.start.iter().map(|(p, _)| *p).collect();
+            let starts = source.committed(&new)?;
+            for (p, waited_ms) in changes.start {
+                let start = starts[&p];
+                if waited_ms.is_some() {
+                    source.rewind_and_resume(p, &start)?;
+                }
+                run.waiting_reported.remove(&p);
+                Happened::TaskAssigned {
+                    task: p,
+                    start: &start,
+                    waited_ms,
+                }
+                .emit(&self.metrics);
+                let mut task = PartitionTask::new(p, policy.clone(), start);
+                task.set_wall_clock(now);
+                // The consumer's cached end offsets may predate this assignment (kept from an
+                // earlier one): the broker's answer now is the floor below which they are not
+                // trusted.
+                task.set_end_offset_floors(source.end_offsets(p));
+                run.tasks.insert(p, task);
+            }
+        }
+        if let Some(settled) = settled {
+            Happened::RebalanceDone {
+                took_ms: settled.took_ms,
+                tasks: run.tasks.len(),
             }
             .emit(&self.metrics);
-            let mut task = PartitionTask::new(p, policy.clone(), start);
-            task.set_wall_clock(crate::admin::now_ms() as i64);
-            // The consumer's cached end offsets may predate this assignment (kept from an earlier
-            // one): the broker's answer now is the floor below which they are not trusted.
-            task.set_end_offset_floors(source.end_offsets(p));
-            run.tasks.insert(p, task);
         }
         Ok(())
+    }
+
+    /// Says once of each task whose lone half has waited for its pair longer than
+    /// [`WAITING_REPORTED_AFTER`].
+    fn report_waiting(&self, run: &mut Running) {
+        let now = crate::admin::now_ms() as i64;
+        let (left, right) = (&self.config.join.left, &self.config.join.right);
+        for (p, since) in run.pairing.waiting_since() {
+            let waited_ms = now - since;
+            if waited_ms >= WAITING_REPORTED_AFTER.as_millis() as i64
+                && run.waiting_reported.insert(p)
+            {
+                Happened::TaskWaiting {
+                    task: p,
+                    waited_ms,
+                    left,
+                    right,
+                }
+                .emit(&self.metrics);
+            }
+        }
     }
 
     /// Copies this round's counts into the shared metrics (one lock per round, none per record).
@@ -306,6 +375,7 @@ impl Host {
             m.dead_letters_acknowledged = acknowledged.dead_letters;
             m.tasks = gauges;
             m.processing = !m.tasks.is_empty();
+            m.tasks_waiting = run.pairing.waiting() as u64;
             for (label, stats) in calls {
                 m.calls.entry(label).or_default().add(&stats);
             }

@@ -1,0 +1,149 @@
+//! Tasks follow partitions, not rebalances (pure). A task is partition p of both joined topics; it
+//! is active only while this host holds both. The group hands partitions over as deltas: the
+//! classic eager protocol revokes everything and assigns everything, while the new protocol
+//! (KIP-848) moves partitions one at a time, so a host can hold orders-3 before (or after) it holds
+//! payments-3. [`Pairing`] turns those deltas into what the run loop must do: stop a task when
+//! either of its partitions goes, start it once both are here, and hold a lone half paused (nothing
+//! read from it is used) until its pair arrives or it goes too.
+//!
+//! It also keeps the figures an operator reads about rebalances: how long each task waited for its
+//! pair, and how long a rebalance took — from the first partition revoked or assigned until every
+//! held partition had its pair again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::event::Side;
+
+/// What the run loop does after a delta, in this order: stops, then pauses, then starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Active tasks that lost a partition: their state is dropped (their points were committed
+    /// on revoke).
+    pub stop: Vec<i32>,
+    /// Partitions held without their pair: stop fetching them.
+    pub pause: Vec<(Side, i32)>,
+    /// Tasks whose two partitions are both held now: start them from their committed points.
+    /// `waited_ms` is how long a lone half waited for its pair (`None`: both came together), in
+    /// which case the half was paused and whatever was read of it dropped, so both partitions
+    /// are sought back to the committed points and resumed.
+    pub start: Vec<(i32, Option<i64>)>,
+}
+
+/// A rebalance that ended: every held partition has its pair again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settled {
+    pub took_ms: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct Pairing {
+    /// Held partitions per task number: `[left, right]`.
+    held: BTreeMap<i32, [bool; 2]>,
+    active: BTreeSet<i32>,
+    /// Lone halves and since when (ms).
+    waiting: BTreeMap<i32, i64>,
+    /// When the rebalance under way began, if one is.
+    unsettled_since: Option<i64>,
+    /// Classic eager protocol: a revoke of everything is always followed by an assignment, so the
+    /// rebalance lasts until that assignment.
+    eager: bool,
+}
+
+impl Pairing {
+    pub fn new(eager: bool) -> Self {
+        Pairing {
+            eager,
+            ..Pairing::default()
+        }
+    }
+
+    /// Applies one delta from the group: what went, then what came, at `now_ms`.
+    pub fn apply(
+        &mut self,
+        revoked: &[(Side, i32)],
+        assigned: &[(Side, i32)],
+        now_ms: i64,
+    ) -> (Changes, Option<Settled>) {
+        let mut changes = Changes::default();
+        if revoked.is_empty() && assigned.is_empty() {
+            return (changes, None);
+        }
+        self.unsettled_since.get_or_insert(now_ms);
+        let mut touched = BTreeSet::new();
+        for &(side, p) in revoked {
+            if let Some(held) = self.held.get_mut(&p) {
+                held[side as usize] = false;
+            }
+            if self.active.remove(&p) {
+                changes.stop.push(p);
+            }
+            touched.insert(p);
+        }
+        for &(side, p) in assigned {
+            self.held.entry(p).or_default()[side as usize] = true;
+            touched.insert(p);
+        }
+        for p in touched {
+            let held = self.held.get(&p).copied().unwrap_or_default();
+            match held {
+                [true, true] => {
+                    if !self.active.contains(&p) {
+                        self.active.insert(p);
+                        let waited = self.waiting.remove(&p).map(|since| now_ms - since);
+                        changes.start.push((p, waited));
+                    }
+                }
+                [false, false] => {
+                    self.held.remove(&p);
+                    self.waiting.remove(&p);
+                }
+                [left, _] => {
+                    let side = if left { Side::Left } else { Side::Right };
+                    // A half that just lost its pair, or arrived without it: pause it (pausing
+                    // again a half already waiting is harmless).
+                    self.waiting.entry(p).or_insert(now_ms);
+                    changes.pause.push((side, p));
+                }
+            }
+        }
+        let settled = self.settle(now_ms, !assigned.is_empty());
+        (changes, settled)
+    }
+
+    /// Ends the rebalance under way when no half waits for its pair (and, under the eager
+    /// protocol, the assignment that follows a revoke has come).
+    fn settle(&mut self, now_ms: i64, assigned: bool) -> Option<Settled> {
+        let since = self.unsettled_since?;
+        let awaiting_assignment = self.eager && !assigned;
+        if !self.waiting.is_empty() || awaiting_assignment {
+            return None;
+        }
+        self.unsettled_since = None;
+        Some(Settled {
+            took_ms: now_ms - since,
+        })
+    }
+
+    /// The classic protocol's assignment can be empty (more members than partitions): it still
+    /// ends the rebalance.
+    pub fn assigned_nothing(&mut self, now_ms: i64) -> Option<Settled> {
+        self.unsettled_since.get_or_insert(now_ms);
+        self.settle(now_ms, true)
+    }
+
+    /// Tasks with a lone half waiting for its pair, and since when (ms).
+    pub fn waiting_since(&self) -> impl Iterator<Item = (i32, i64)> + '_ {
+        self.waiting.iter().map(|(p, since)| (*p, *since))
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn is_active(&self, p: i32) -> bool {
+        self.active.contains(&p)
+    }
+}
+
+#[cfg(test)]
+mod tests;
