@@ -1,5 +1,5 @@
 //! What a host tells its operator. Each thing that happens in a host's life — the admin server
-//! listening, the group protocol, joining and leaving the group, partitions moved, a rebalance
+//! listening, the group protocol, joining and leaving the group, partitions revoked and assigned, a rebalance
 //! done, a task assigned, waiting for its pair, revoked or halted, an
 //! offset commit, a consumer error, a delivery sent again, a plugin swapped or refused — is a
 //! [`Happened`], emitted once where it happens. [`Happened::emit`] writes its log line and bumps
@@ -35,10 +35,16 @@ pub enum Happened<'a> {
         protocol: &'static str,
         why: &'a str,
     },
-    /// Partitions this host got and lost, by partition number, left and right topic.
-    PartitionsMoved {
-        assigned: [&'a [i32]; 2],
-        revoked: [&'a [i32]; 2],
+    /// Partitions taken from this host, by partition number, of the left and the right topic.
+    PartitionsRevoked {
+        left: &'a [i32],
+        right: &'a [i32],
+    },
+    /// Partitions given to this host (`added`), and all it holds now (`left`, `right`).
+    Assignment {
+        left: &'a [i32],
+        right: &'a [i32],
+        added: [&'a [i32]; 2],
     },
     /// Every held partition has its pair again: the rebalance is over for this host.
     RebalanceDone {
@@ -118,12 +124,13 @@ impl Happened<'_> {
                 metrics.update(|m| m.group_protocol = Some(protocol));
                 tracing::info!(target: "cojoin::report", "group protocol {protocol}: {why}");
             }
-            PartitionsMoved { assigned, revoked } => {
+            PartitionsRevoked { left, right } => {
+                tracing::info!(target: "cojoin::report", ?left, ?right, "partitions revoked");
+            }
+            Assignment { left, right, added } => {
                 // Both topics side by side: co-partitioning is visible in the log.
-                tracing::info!(target: "cojoin::report",
-                    assigned_left = ?assigned[0], assigned_right = ?assigned[1],
-                    revoked_left = ?revoked[0], revoked_right = ?revoked[1],
-                    "partitions moved");
+                tracing::info!(target: "cojoin::report", ?left, ?right,
+                    added_left = ?added[0], added_right = ?added[1], "assignment");
             }
             RebalanceDone { took_ms, tasks } => {
                 metrics.update(|m| {

@@ -136,6 +136,17 @@ impl Pairing {
         self.waiting.iter().map(|(p, since)| (*p, *since))
     }
 
+    /// The partition numbers held of the left and of the right topic.
+    pub fn held(&self) -> [Vec<i32>; 2] {
+        [0, 1].map(|side| {
+            self.held
+                .iter()
+                .filter(|(_, held)| held[side])
+                .map(|(p, _)| *p)
+                .collect()
+        })
+    }
+
     pub fn waiting(&self) -> usize {
         self.waiting.len()
     }

@@ -23,6 +23,8 @@ use crate::metrics::Metrics;
 use crate::report::Happened;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// How long leaving the group may take when a host stops.
+const CLOSE_BOUND: Duration = Duration::from_secs(30);
 
 /// What the rebalance callbacks and the loop share. Locked only briefly, never across I/O other
 /// than the revoke commit (which must happen before the partitions go).
@@ -217,13 +219,35 @@ impl Source {
     }
 
     /// The next record, waiting at most `timeout`; `None` when there is none. Rebalance callbacks
-    /// run in here: call [`Source::rebalanced`] after each poll.
-    pub fn poll(&self, timeout: Duration) -> Option<Record> {
-        match self.consumer.poll(timeout)? {
-            Ok(m) => Some(self.record(&m)),
-            Err(e) => {
+    /// run in here: call [`Source::rebalanced`] after each poll. An error only when the consumer
+    /// cannot go on (a fatal error: it will not consume again); others are reported and retried
+    /// by librdkafka.
+    pub fn poll(&self, timeout: Duration) -> Result<Option<Record>> {
+        match self.consumer.poll(timeout) {
+            None => Ok(None),
+            Some(Ok(m)) => Ok(Some(self.record(&m))),
+            Some(Err(rdkafka::error::KafkaError::MessageConsumptionFatal(_))) => {
+                let (code, reason) = self
+                    .consumer
+                    .client()
+                    .fatal_error()
+                    .unwrap_or((rdkafka::types::RDKafkaErrorCode::Fatal, "unknown".into()));
+                let hint = match code {
+                    rdkafka::types::RDKafkaErrorCode::UnreleasedInstanceId => {
+                        " (another member still holds this kafka.instance_id: a host killed without leaving keeps it until the broker's session timeout, group.consumer.session.timeout.ms; start again after that, or give each host its own instance_id)"
+                    }
+                    rdkafka::types::RDKafkaErrorCode::UnsupportedVersion
+                    | rdkafka::types::RDKafkaErrorCode::UnsupportedFeature
+                    | rdkafka::types::RDKafkaErrorCode::UnsupportedAssignor => {
+                        " (the broker does not run the consumer group protocol: set kafka.group_protocol = \"classic\")"
+                    }
+                    _ => "",
+                };
+                anyhow::bail!("the consumer failed for good: {code:?}: {reason}{hint}; stopping (a restart resumes from the last commit)")
+            }
+            Some(Err(e)) => {
                 Happened::ConsumerError { error: &e }.emit(&self.metrics);
-                None
+                Ok(None)
             }
         }
     }
@@ -430,7 +454,19 @@ impl Source {
 
     /// Leaves the group (revoking, and so committing, what is held).
     pub fn close(&self) {
-        self.consumer.unsubscribe();
+        // Closing, not unsubscribing: a static member (kafka.instance_id) then keeps its
+        // partitions for the session timeout (KIP-345 sends no LeaveGroup; KIP-848 leaves with
+        // epoch -2), so a restart within it moves nothing; a dynamic member leaves at once. The
+        // revoke callback commits in here.
+        if let Err(e) = self.consumer.close_queue() {
+            tracing::warn!("closing the consumer: {e}");
+            return;
+        }
+        let deadline = std::time::Instant::now() + CLOSE_BOUND;
+        while !self.consumer.closed() && std::time::Instant::now() < deadline {
+            // What arrives now is not processed: it was not committed, the next owner reads it.
+            let _ = self.consumer.poll(Duration::from_millis(100));
+        }
     }
 }
 

@@ -149,7 +149,7 @@ impl Host {
             // Consume what is there (bounded), waiting at most 50 ms for the first record.
             for polled in 0..POLL_PER_ROUND {
                 let wait = if polled == 0 { 50 } else { 0 };
-                let record = source.poll(Duration::from_millis(wait));
+                let record = source.poll(Duration::from_millis(wait))?;
                 self.apply_rebalance(&source, &policy, &mut run)?;
                 let Some(record) = record else { break };
                 run.consumed[record.side as usize] += 1;
@@ -270,17 +270,25 @@ impl Host {
             ps.sort_unstable();
             ps
         };
-        Happened::PartitionsMoved {
-            assigned: [
-                &numbers(&rebalanced.assigned, Side::Left),
-                &numbers(&rebalanced.assigned, Side::Right),
-            ],
-            revoked: [
-                &numbers(&rebalanced.revoked, Side::Left),
-                &numbers(&rebalanced.revoked, Side::Right),
-            ],
+        if !rebalanced.revoked.is_empty() {
+            Happened::PartitionsRevoked {
+                left: &numbers(&rebalanced.revoked, Side::Left),
+                right: &numbers(&rebalanced.revoked, Side::Right),
+            }
+            .emit(&self.metrics);
         }
-        .emit(&self.metrics);
+        if rebalanced.assignment {
+            let [left, right] = run.pairing.held();
+            Happened::Assignment {
+                left: &left,
+                right: &right,
+                added: [
+                    &numbers(&rebalanced.assigned, Side::Left),
+                    &numbers(&rebalanced.assigned, Side::Right),
+                ],
+            }
+            .emit(&self.metrics);
+        }
         for p in &changes.stop {
             if let Some(task) = run.tasks.remove(p) {
                 run.retired.add(&task.counters);
