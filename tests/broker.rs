@@ -318,6 +318,8 @@ impl Drop for Kafka {
 /// A record read back: key, value and headers as text.
 #[derive(Clone, Debug)]
 pub struct ReadRecord {
+    /// When the reader got it (for gaps in processing).
+    pub arrived: Instant,
     pub key: String,
     pub value: String,
     pub headers: Vec<(String, String)>,
@@ -398,6 +400,7 @@ impl Reader {
             })
             .unwrap_or_default();
         self.records.push(ReadRecord {
+            arrived: Instant::now(),
             key: text(m.key()),
             value: text(m.payload()),
             headers,

@@ -14,15 +14,33 @@ use std::time::{Duration, Instant};
 /// under three hosts: 4-7 orders dead-lettered as late per run, about one run in three) spans more
 /// than the window. Users replaying a backlog need the same (Kafka Streams: max.task.idle.ms).
 pub fn join_config(bootstrap: &str, group: &str, plugin: &Path, kind: &str) -> String {
+    join_config_for("classic", bootstrap, group, plugin, kind)
+}
+
+/// [`join_config`] for a group protocol: `classic` with a 6 s session timeout (client side), or
+/// `consumer` (KIP-848), whose session timeout the broker sets (10 s in tests/kafka/broker.sh).
+pub fn join_config_for(
+    protocol: &str,
+    bootstrap: &str,
+    group: &str,
+    plugin: &Path,
+    kind: &str,
+) -> String {
+    let group_settings = match protocol {
+        "classic" => {
+            "group_protocol = \"classic\"\n[kafka.options]\n\"session.timeout.ms\" = \"6000\"\n\"heartbeat.interval.ms\" = \"500\"\n\"max.poll.interval.ms\" = \"10000\""
+        }
+        "consumer" => {
+            "group_protocol = \"consumer\"\n[kafka.options]\n\"max.poll.interval.ms\" = \"10000\""
+        }
+        other => panic!("no group protocol {other:?}"),
+    };
     format!(
         r#"
 [kafka]
 bootstrap_servers = "{bootstrap}"
 group_id = "{group}"
-[kafka.options]
-"session.timeout.ms" = "6000"
-"heartbeat.interval.ms" = "500"
-"max.poll.interval.ms" = "10000"
+{group_settings}
 [join]
 left = "orders"
 right = "payments"
@@ -129,15 +147,61 @@ impl HostProcess {
         }
     }
 
-    /// Every assignment this host logged, over all its runs, in order: (left, right) partitions.
+    /// What this host held after each assignment and each revoke it logged, over all its runs
+    /// (each run starts holding nothing), in order: (left, right) partitions.
     pub fn assignments(&self) -> Vec<(Vec<i32>, Vec<i32>)> {
-        self.runs
-            .iter()
-            .flat_map(|log| log_lines(log))
-            .filter(|line| line["fields"]["message"] == "assignment")
-            .map(|line| {
+        self.group_log().into_iter().map(|(held, _)| held).collect()
+    }
+
+    /// Every "assignment" and "partitions revoked" line of every run, with what was held after
+    /// it, and the tasks started right after it (before the next such line).
+    fn group_log(&self) -> Vec<((Vec<i32>, Vec<i32>), Vec<i32>)> {
+        let mut out: Vec<((Vec<i32>, Vec<i32>), Vec<i32>)> = Vec::new();
+        for log in &self.runs {
+            let (mut left, mut right) = (Vec::new(), Vec::new());
+            for line in log_lines(log) {
                 let field = |name: &str| parse_list(line["fields"][name].as_str().unwrap_or(""));
-                (field("left"), field("right"))
+                match line["fields"]["message"].as_str() {
+                    Some("assignment") => {
+                        (left, right) = (field("left"), field("right"));
+                    }
+                    Some("partitions revoked") => {
+                        let (l, r) = (field("left"), field("right"));
+                        left.retain(|p| !l.contains(p));
+                        right.retain(|p| !r.contains(p));
+                    }
+                    Some("task assigned") => {
+                        if let (Some(last), Some(task)) =
+                            (out.last_mut(), line["fields"]["task"].as_i64())
+                        {
+                            last.1.push(task as i32);
+                        }
+                        continue;
+                    }
+                    _ => continue,
+                }
+                out.push(((left.clone(), right.clone()), Vec::new()));
+            }
+        }
+        out
+    }
+
+    /// Every task this host started, in order, over all its runs.
+    pub fn tasks_started(&self) -> Vec<i32> {
+        self.group_log()
+            .into_iter()
+            .flat_map(|(_, started)| started)
+            .collect()
+    }
+
+    /// Tasks this host started while it did not hold both their partitions (must be none).
+    pub fn tasks_started_unpaired(&self) -> Vec<i32> {
+        self.group_log()
+            .into_iter()
+            .flat_map(|((left, right), started)| {
+                started
+                    .into_iter()
+                    .filter(move |p| !(left.contains(p) && right.contains(p)))
             })
             .collect()
     }

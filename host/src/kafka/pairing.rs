@@ -124,10 +124,10 @@ impl Pairing {
         })
     }
 
-    /// The classic protocol's assignment can be empty (more members than partitions): it still
-    /// ends the rebalance.
+    /// An assignment that adds nothing: under the classic protocol (more members than
+    /// partitions) it still ends the rebalance its revoke began; under the new one it follows
+    /// every revoke and ends nothing of its own.
     pub fn assigned_nothing(&mut self, now_ms: i64) -> Option<Settled> {
-        self.unsettled_since.get_or_insert(now_ms);
         self.settle(now_ms, true)
     }
 

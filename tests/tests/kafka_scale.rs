@@ -1,0 +1,382 @@
+//! Scaling a join out and in on Apache Kafka while a stream flows, under both group protocols:
+//! the classic eager `range` (every rebalance stops and restarts every task) and KIP-848's
+//! broker-side `range` (only what moves stops). Each run prints the figures the closing note of
+//! issue 14 quotes: tasks moved, the longest gap in the outputs of a task that did not move, the
+//! records read again. And nothing may be lost: scale out 2 → 3, scale in 3 → 2 by SIGTERM, kill -9
+//! of one more host, and every expected match and expiry must be on the output topic.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cojoin_e2e::broker::{Kafka, ReadRecord};
+use cojoin_e2e::hosts::{join_config_for, wait_for_stable_group, HostProcess};
+use cojoin_e2e::scenario::{join_broker, order_outputs, post_mortem, run_dir, serial, PARTITIONS};
+use cojoin_e2e::stream::{self, Record, Tally};
+use cojoin_e2e::{http, plugin};
+
+/// Orders per second of wall time while the stream flows.
+const RATE: u32 = 100;
+
+/// Event time between orders: [`RATE`] orders per second of wall time is real time, so a join
+/// window (10 s) holds 10 s of the stream, as it would in production, and a restarted task
+/// replays that much.
+const SPACING_MS: i64 = 1000 / RATE as i64;
+
+/// Order i and its payment (unless i % 4 == 0), stamped i × [`SPACING_MS`] (the payment 20 ms
+/// later).
+fn order(i: u32) -> Vec<Record> {
+    let mut records = stream::orders(i, i + 1);
+    for r in &mut records {
+        // stream::orders spaces orders 1 s apart and pays 2 s later: scale both down.
+        r.timestamp = stream::BASE_TS + (r.timestamp - stream::BASE_TS) * SPACING_MS / 1000;
+    }
+    records
+}
+
+/// Produces orders from `from` at [`RATE`] per second, order i (and its payment) pinned to
+/// partition i % 6, until `stop`; returns the next order number.
+fn produce_paced(
+    bootstrap: String,
+    from: u32,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u32> {
+    std::thread::spawn(move || {
+        let producer = Kafka::producer_for(&bootstrap, "murmur2_random");
+        let started = Instant::now();
+        let mut next = from;
+        while !stop.load(Ordering::Relaxed) {
+            let due = from + (started.elapsed().as_secs_f64() * f64::from(RATE)) as u32;
+            for p in 0..PARTITIONS {
+                let records: Vec<Record> = (next..due)
+                    .filter(|i| (i % PARTITIONS as u32) as i32 == p)
+                    .flat_map(order)
+                    .collect();
+                Kafka::produce_with(&producer, &records, Some(p));
+            }
+            next = next.max(due);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        next
+    })
+}
+
+/// Reads the output topic on its own thread, so that arrival times are not bunched by the test's
+/// waits.
+struct Outputs {
+    records: Arc<Mutex<Vec<ReadRecord>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Outputs {
+    fn start(kafka: &Kafka) -> Outputs {
+        let mut reader = kafka.reader("orders-paid", 1);
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (shared, stopped) = (records.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                reader.read_for(Duration::from_millis(50));
+                shared.lock().unwrap().append(&mut reader.records);
+            }
+        });
+        Outputs {
+            records,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn snapshot(&self) -> Vec<ReadRecord> {
+        self.records.lock().unwrap().clone()
+    }
+
+    /// Waits until `done` holds of what was read (or `timeout`), then `settle` more.
+    fn wait(
+        &self,
+        timeout: Duration,
+        settle: Duration,
+        done: impl Fn(&[ReadRecord]) -> bool,
+    ) -> Vec<ReadRecord> {
+        let deadline = Instant::now() + timeout;
+        while !done(&self.snapshot()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(settle);
+        self.snapshot()
+    }
+}
+
+impl Drop for Outputs {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A payment per partition far past the last order: every window closes.
+fn close_after(kafka: &Kafka, orders: u32) {
+    let producer = kafka.producer("murmur2_random");
+    for p in 0..PARTITIONS {
+        let tick = Record {
+            topic: "payments",
+            key: format!("tick-{p}"),
+            value: "{}".into(),
+            timestamp: stream::BASE_TS + i64::from(orders) * SPACING_MS + 60_000,
+        };
+        kafka.produce(&producer, &[tick], Some(p));
+    }
+}
+
+/// The owner of each task, from the hosts' latest logged holdings.
+fn owners(hosts: &[&HostProcess]) -> BTreeMap<i32, String> {
+    let mut owners = BTreeMap::new();
+    for h in hosts {
+        if let Some((left, right)) = h.assignments().pop() {
+            for p in left.iter().filter(|p| right.contains(p)) {
+                owners.insert(*p, h.name.clone());
+            }
+        }
+    }
+    owners
+}
+
+/// The task of an output: order i sits in partition i % 6.
+fn task_of(order: &str) -> Option<i32> {
+    let i: i32 = order.strip_prefix("order-")?.parse().ok()?;
+    Some(i % PARTITIONS)
+}
+
+/// The longest time a task went without an output within `[from, to]`, counting from `from` to
+/// its first output and from its last to `to`.
+fn longest_gap(outputs: &[ReadRecord], task: i32, from: Instant, to: Instant) -> Duration {
+    let mut times: Vec<Instant> = outputs
+        .iter()
+        .filter(|r| r.arrived >= from && r.arrived <= to)
+        .filter(|r| {
+            let (order, _) = &order_outputs(std::slice::from_ref(r))[0];
+            task_of(order) == Some(task)
+        })
+        .map(|r| r.arrived)
+        .collect();
+    times.insert(0, from);
+    times.push(to);
+    times
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default()
+}
+
+/// Records the hosts read, summed from their /metrics.
+fn consumed(hosts: &[&HostProcess]) -> u64 {
+    hosts
+        .iter()
+        .map(|h| {
+            let page = http::get(&format!("{}/metrics", h.admin_url(Duration::from_secs(5)))).body;
+            ["orders", "payments"]
+                .iter()
+                .filter_map(|t| {
+                    http::sample(
+                        &page,
+                        &format!("cojoin_records_consumed_total{{topic=\"{t}\"}}"),
+                    )
+                })
+                .sum::<f64>() as u64
+        })
+        .sum()
+}
+
+/// What a scale-out did.
+struct Figures {
+    moved: usize,
+    /// The longest output gap of a task that did not move, during the rebalance, and in a quiet
+    /// period of the same length before it.
+    gap: Duration,
+    quiet_gap: Duration,
+    /// Records read more than once over the whole scale-out (sum of consumed − records produced).
+    reread: i64,
+    rebalance: Duration,
+    /// Tasks that stayed on their host but were stopped and started again by the rebalance.
+    restarted: usize,
+}
+
+fn scale(protocol: &str) -> (Figures, Tally) {
+    let test = format!("scale_{protocol}");
+    let _serial = serial();
+    let dir = run_dir(&test);
+    let kafka = join_broker(&dir);
+    let config = join_config_for(
+        protocol,
+        &kafka.bootstrap,
+        &test,
+        &plugin("order_paid_rust.wasm"),
+        "left",
+    );
+    let mut hosts: Vec<HostProcess> = (0..2)
+        .map(|i| HostProcess::start(&dir, &format!("host-{i}"), &config))
+        .collect();
+    wait_for_stable_group(
+        &hosts.iter().collect::<Vec<_>>(),
+        PARTITIONS,
+        Duration::from_secs(90),
+    );
+
+    let outputs = Outputs::start(&kafka);
+    let stop = Arc::new(AtomicBool::new(false));
+    let producing = produce_paced(kafka.bootstrap.clone(), 0, stop.clone());
+    // A steady stream first: the quiet period the rebalance is compared with.
+    std::thread::sleep(Duration::from_secs(8));
+    let before = owners(&hosts.iter().collect::<Vec<_>>());
+    let started_before: Vec<Vec<i32>> = hosts.iter().map(HostProcess::tasks_started).collect();
+
+    let joined = Instant::now();
+    hosts.push(HostProcess::start(&dir, "host-2", &config));
+    wait_for_stable_group(
+        &hosts.iter().collect::<Vec<_>>(),
+        PARTITIONS,
+        Duration::from_secs(90),
+    );
+    let rebalance = joined.elapsed();
+    std::thread::sleep(Duration::from_secs(3));
+    let settled = Instant::now();
+    let read = outputs.snapshot();
+    let after = owners(&hosts.iter().collect::<Vec<_>>());
+    let moved = (0..PARTITIONS)
+        .filter(|p| before.get(p) != after.get(p))
+        .count();
+    let stayed: Vec<i32> = (0..PARTITIONS)
+        .filter(|p| before.get(p) == after.get(p))
+        .collect();
+    let span = settled - joined;
+    let restarted = stayed
+        .iter()
+        .filter(|&&p| {
+            let owner = before[&p]
+                .trim_start_matches("host-")
+                .parse::<usize>()
+                .unwrap();
+            let starts = |started: &[i32]| started.iter().filter(|&&t| t == p).count();
+            starts(&hosts[owner].tasks_started()) > starts(&started_before[owner])
+        })
+        .count();
+    let gap = stayed
+        .iter()
+        .map(|&p| longest_gap(&read, p, joined, settled))
+        .max()
+        .unwrap_or_default();
+    let quiet_gap = (0..PARTITIONS)
+        .map(|p| longest_gap(&read, p, joined - span.min(Duration::from_secs(7)), joined))
+        .max()
+        .unwrap_or_default();
+
+    // Pause the stream until every host has read all of it: what they read beyond it was read
+    // again after a task moved or restarted.
+    stop.store(true, Ordering::Relaxed);
+    let produced_to = producing.join().unwrap();
+    let records = (0..produced_to).map(|i| order(i).len()).sum::<usize>() as i64;
+    let all: Vec<&HostProcess> = hosts.iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut read = consumed(&all) as i64;
+    while read < records {
+        assert!(
+            Instant::now() < deadline,
+            "hosts read {read} of {records} records"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        read = consumed(&all) as i64;
+    }
+    let figures = Figures {
+        moved,
+        gap,
+        quiet_gap,
+        reread: read - records,
+        rebalance,
+        restarted,
+    };
+    eprintln!(
+        "{protocol}: scale-out 2 -> 3 under {RATE} orders/s: {} of {PARTITIONS} tasks moved (owners {before:?} -> {after:?}), {} of the {} that stayed restarted; group stable after {:?}; longest output gap of a task that stayed {:?} (steady stream before: {:?}); records read again {} of {records}",
+        figures.moved,
+        figures.restarted,
+        stayed.len(),
+        figures.rebalance,
+        figures.gap,
+        figures.quiet_gap,
+        figures.reread
+    );
+    for h in &hosts {
+        assert_eq!(
+            h.tasks_started_unpaired(),
+            Vec::<i32>::new(),
+            "{}:\n{}",
+            h.name,
+            h.log_text()
+        );
+    }
+
+    // Scale in by SIGTERM, then kill -9 another host; the stream goes on throughout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let producing = produce_paced(kafka.bootstrap.clone(), produced_to, stop.clone());
+    hosts[2].terminate();
+    let (status, _) = hosts[2].wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "host-2 after SIGTERM: {status}");
+    wait_for_stable_group(&[&hosts[0], &hosts[1]], PARTITIONS, Duration::from_secs(90));
+    std::thread::sleep(Duration::from_secs(3));
+    hosts[1].kill9();
+    wait_for_stable_group(&[&hosts[0]], PARTITIONS, Duration::from_secs(90));
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    let orders = producing.join().unwrap();
+    close_after(&kafka, orders);
+
+    let expected = stream::expected(orders);
+    let read = outputs.wait(Duration::from_secs(120), Duration::from_secs(3), |r| {
+        Tally::of(&expected, &order_outputs(r)).missing.is_empty()
+    });
+    let tally = Tally::of(&expected, &order_outputs(&read));
+    eprintln!(
+        "{protocol}: {orders} orders through scale-out, SIGTERM of host-2 and kill -9 of host-1: matches {}, expiries {}, duplicates {}, missing {}",
+        tally.matches,
+        tally.expiries,
+        tally.duplicates,
+        tally.missing.len()
+    );
+    assert!(
+        tally.complete(),
+        "{tally:?}\n{}",
+        post_mortem(&kafka, &hosts[..1])
+    );
+    for h in &hosts {
+        assert_eq!(
+            h.tasks_started_unpaired(),
+            Vec::<i32>::new(),
+            "{}:\n{}",
+            h.name,
+            h.log_text()
+        );
+    }
+    (figures, tally)
+}
+
+#[test]
+fn scaling_out_and_in_under_the_consumer_protocol_moves_only_what_must_move_and_loses_nothing() {
+    let (figures, _) = scale("consumer");
+    // The broker's range assignor over 3 members of 6 partitions moves 2 tasks at best; a sticky
+    // assignor never moves all of them.
+    assert!(
+        figures.moved < PARTITIONS as usize,
+        "{} tasks moved",
+        figures.moved
+    );
+}
+
+#[test]
+fn scaling_out_and_in_under_the_classic_protocol_loses_nothing() {
+    let (figures, _) = scale("classic");
+    // Eager: every task that stays is revoked and started again (the contrast).
+    assert_eq!(figures.restarted, PARTITIONS as usize - figures.moved);
+}
