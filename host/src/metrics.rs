@@ -107,6 +107,8 @@ pub struct Snapshot {
     pub swaps: u64,
     pub swaps_refused: u64,
     pub rebalances: u64,
+    /// This host's member id in the group, as of its last assignment.
+    pub member_id: Option<String>,
     /// The consumer group protocol running (`consumer` or `classic`), once chosen.
     pub group_protocol: Option<&'static str>,
     /// Seconds from the first partition moved until every held partition had its pair, summed
@@ -312,6 +314,16 @@ impl Collector for Scrape {
                 MetricType::Gauge,
             )?
             .encode_family(&[("protocol", protocol)])?
+            .encode_gauge(&1u64)?;
+        }
+        if let Some(member) = &s.member_id {
+            e.encode_descriptor(
+                "cojoin_group_member",
+                "This host's member id in the consumer group, as a label; always 1.",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_family(&[("member_id", member.as_str())])?
             .encode_gauge(&1u64)?;
         }
         gauge(

@@ -64,6 +64,10 @@ fn start_host(bootstrap: &str, group: &str) -> RunningHost {
 }
 
 fn start_host_with(bootstrap: &str, group: &str, group_settings: &str) -> RunningHost {
+    start_host_config(config(bootstrap, group, group_settings))
+}
+
+fn start_host_config(config: Config) -> RunningHost {
     let engine = PluginEngine::new(EngineOptions {
         cache_dir: Some(std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache")),
         ..EngineOptions::default()
@@ -76,7 +80,7 @@ fn start_host_with(bootstrap: &str, group: &str, group_settings: &str) -> Runnin
         vec![],
     )
     .unwrap();
-    let host = Host::new(config(bootstrap, group, group_settings), registry);
+    let host = Host::new(config, registry);
     let metrics = host.metrics.clone();
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();
@@ -579,4 +583,149 @@ fn auto_runs_the_classic_protocol_where_the_broker_does_not_say_it_enables_the_n
     }
     eprintln!("protocol chosen in {:?}", t.elapsed());
     host.stop();
+}
+
+/// Gives `member` of `group` exactly `partitions` (the mock's manual target assignment, as a
+/// broker moving partitions one at a time would).
+fn assign_exactly(owner: &BaseProducer, group: &str, member: &str, partitions: &[(&str, i32)]) {
+    use rdkafka::bindings as rd;
+    let group = std::ffi::CString::new(group).unwrap();
+    let member = std::ffi::CString::new(member).unwrap();
+    // SAFETY: the mock cluster lives as long as `owner`; every list and string is valid for the
+    // calls, which copy what they keep; what is created here is destroyed here.
+    unsafe {
+        let mock = rd::rd_kafka_handle_mock_cluster(owner.client().native_ptr());
+        let mut list = rd::rd_kafka_topic_partition_list_new(partitions.len() as i32);
+        for (topic, p) in partitions {
+            let topic = std::ffi::CString::new(*topic).unwrap();
+            rd::rd_kafka_topic_partition_list_add(list, topic.as_ptr(), *p);
+        }
+        let mut members = [member.as_ptr() as *mut std::ffi::c_char];
+        let target = rd::rd_kafka_mock_cgrp_consumer_target_assignment_new(
+            members.as_mut_ptr(),
+            1,
+            &mut list,
+        );
+        rd::rd_kafka_mock_cgrp_consumer_target_assignment(mock, group.as_ptr(), target);
+        rd::rd_kafka_mock_cgrp_consumer_target_assignment_destroy(target);
+        rd::rd_kafka_topic_partition_list_destroy(list);
+    }
+}
+
+/// Polls `host`'s metrics until `done` holds of the page (60 s at most).
+fn wait_for_page(host: &RunningHost, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let page = host.metrics.render();
+        if done(&page) {
+            return page;
+        }
+        assert!(Instant::now() < deadline, "{what}:\n{page}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_lone_half_waits_paused_and_its_task_starts_from_its_commit_when_the_pair_comes() {
+    let (owner, bootstrap) = new_protocol_cluster();
+    let group = format!("halves-{}", std::process::id());
+    let p = producer(&bootstrap);
+    produce_orders(&p, 0, 100);
+    let mut settings = config(&bootstrap, &group, r#"group_protocol = "consumer""#);
+    // Task 3 restarts behind a backlog on both its partitions, and the mock fetches them apart:
+    // 100 ms of idling could let orders pass their payments (as Kafka Streams' max.task.idle.ms).
+    settings.join.max_idle = Duration::from_secs(2);
+    let host = start_host_config(settings);
+    let page = wait_for_page(&host, "all four tasks", |page| {
+        sample(page, "cojoin_assigned_tasks") == Some(4) && page.contains("cojoin_group_member{")
+    });
+    let member = page
+        .split("cojoin_group_member{member_id=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    read_outputs(&bootstrap, |o| {
+        o.iter().filter(|(_, s)| s == "paid").count() >= 75
+    });
+
+    // Orders 100..140 without their payments yet: task 3 holds some of them in its state.
+    for i in 100..140 {
+        let key = format!("order-{i}");
+        send(
+            &p,
+            "orders",
+            &key,
+            &format!("{{\"n\":{i}}}"),
+            BASE_TS + i * 1000,
+            None,
+        );
+    }
+    p.flush(Duration::from_secs(10)).unwrap();
+    wait_for_page(&host, "orders 100..140 consumed", |page| {
+        sample(page, "cojoin_records_consumed_total{topic=\"orders\"}") == Some(140)
+    });
+
+    // payments-3 goes, orders-3 stays: task 3 stops (its state dropped, its commit point still
+    // before the orders it held) and orders-3 is paused.
+    let mut without_payments_3: Vec<(&str, i32)> = (0..PARTITIONS).map(|p| ("orders", p)).collect();
+    without_payments_3.extend((0..3).map(|p| ("payments", p)));
+    assign_exactly(&owner, &group, &member, &without_payments_3);
+    wait_for_page(&host, "task 3 waiting for its pair", |page| {
+        sample(page, "cojoin_tasks_waiting_for_pair") == Some(1)
+            && sample(page, "cojoin_assigned_tasks") == Some(3)
+    });
+    // The payments come while task 3 is down, then the rest of the stream.
+    for i in (100..140).filter(|i| i % 4 != 0) {
+        let key = format!("order-{i}");
+        send(
+            &p,
+            "payments",
+            &key,
+            &format!("{{\"for\":{i}}}"),
+            BASE_TS + i * 1000 + 2000,
+            None,
+        );
+    }
+    produce_orders(&p, 140, 200);
+    std::thread::sleep(Duration::from_millis(500));
+
+    // payments-3 comes back: task 3 starts from its commit — orders-3 is sought back there, or
+    // the orders it held would never meet their payments.
+    let all: Vec<(&str, i32)> = ["orders", "payments"]
+        .iter()
+        .flat_map(|t| (0..PARTITIONS).map(move |p| (*t, p)))
+        .collect();
+    assign_exactly(&owner, &group, &member, &all);
+    let page = wait_for_page(&host, "task 3 started again", |page| {
+        sample(page, "cojoin_assigned_tasks") == Some(4)
+            && sample(page, "cojoin_tasks_waiting_for_pair") == Some(0)
+    });
+    assert_eq!(sample(&page, "cojoin_pair_waits_total"), Some(1), "{page}");
+    assert_eq!(
+        sample(&page, "cojoin_tasks_revoked_total"),
+        Some(1),
+        "{page}"
+    );
+    assert_eq!(
+        sample(&page, "cojoin_tasks_assigned_total"),
+        Some(5),
+        "{page}"
+    );
+    assert!(
+        page.lines()
+            .find_map(|l| l
+                .strip_prefix("cojoin_pair_wait_seconds_total ")?
+                .parse::<f64>()
+                .ok())
+            .is_some_and(|s| s >= 0.5),
+        "{page}"
+    );
+    produce_ticks(&p);
+    let outputs = read_outputs(&bootstrap, |o| {
+        let distinct: std::collections::HashSet<_> = o.iter().collect();
+        distinct.len() >= 200
+    });
+    host.stop();
+    assert_every_order_reported(&outputs);
 }

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use cojoin_e2e::broker::{Kafka, ReadRecord};
 use cojoin_e2e::hosts::{join_config_for, wait_for_stable_group, HostProcess};
-use cojoin_e2e::scenario::{join_broker, order_outputs, post_mortem, run_dir, serial, PARTITIONS};
+use cojoin_e2e::scenario::{
+    close_windows, join_broker, order_outputs, post_mortem, run_dir, serial, PARTITIONS,
+};
 use cojoin_e2e::stream::{self, Record, Tally};
 use cojoin_e2e::{http, plugin};
 
@@ -379,4 +381,218 @@ fn scaling_out_and_in_under_the_classic_protocol_loses_nothing() {
     let (figures, _) = scale("classic");
     // Eager: every task that stays is revoked and started again (the contrast).
     assert_eq!(figures.restarted, PARTITIONS as usize - figures.moved);
+}
+
+/// Static membership: two hosts with `kafka.instance_id`; one is stopped (SIGTERM) and started
+/// again within the session timeout. It gets its own tasks back, and the other host sees nothing:
+/// no partition revoked, no task restarted. Every order is reported.
+fn static_restart(protocol: &str) {
+    let test = format!("static_{protocol}");
+    let _serial = serial();
+    let dir = run_dir(&test);
+    let kafka = join_broker(&dir);
+    let base = join_config_for(
+        protocol,
+        &kafka.bootstrap,
+        &test,
+        &plugin("order_paid_rust.wasm"),
+        "left",
+    );
+    let config = |name: &str| {
+        base.replace(
+            "group_protocol",
+            &format!("instance_id = \"{name}\"\ngroup_protocol"),
+        )
+    };
+    let mut hosts: Vec<HostProcess> = (0..2)
+        .map(|i| {
+            let name = format!("host-{i}");
+            HostProcess::start(&dir, &name, &config(&name))
+        })
+        .collect();
+    wait_for_stable_group(
+        &hosts.iter().collect::<Vec<_>>(),
+        PARTITIONS,
+        Duration::from_secs(90),
+    );
+    let producer = kafka.producer("murmur2_random");
+    kafka.produce(&producer, &stream::orders(0, 300), None);
+    let outputs = Outputs::start(&kafka);
+    outputs.wait(Duration::from_secs(60), Duration::ZERO, |r| r.len() >= 100);
+
+    let held = hosts[0].assignments().pop().unwrap();
+    let logged = hosts[0].assignments().len();
+    let other_log = hosts[1].assignments().len();
+    let other_started = hosts[1].tasks_started().len();
+    hosts[0].terminate();
+    let (status, _) = hosts[0].wait_exit(Duration::from_secs(60));
+    assert!(status.success(), "host-0 after SIGTERM: {status}");
+    let t = Instant::now();
+    hosts[0].restart(&dir);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // The new run's own assignment: the old run's last line says the same.
+    while hosts[0].assignments().len() == logged || hosts[0].assignments().last() != Some(&held) {
+        assert!(
+            Instant::now() < deadline,
+            "host-0 did not get {held:?} back:\n{}",
+            hosts[0].log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "{protocol}: host-0 restarted and holds {held:?} again after {:?}",
+        t.elapsed()
+    );
+    kafka.produce(&producer, &stream::orders(300, ORDERS), None);
+    close_windows(&kafka, &producer);
+    let expected = stream::expected(ORDERS);
+    let read = outputs.wait(Duration::from_secs(120), Duration::from_secs(3), |r| {
+        Tally::of(&expected, &order_outputs(r)).missing.is_empty()
+    });
+    let tally = Tally::of(&expected, &order_outputs(&read));
+    eprintln!(
+        "{protocol}: static restart: matches {}, expiries {}, duplicates {}; host-1 group log lines {} -> {}, tasks started {} -> {}",
+        tally.matches,
+        tally.expiries,
+        tally.duplicates,
+        other_log,
+        hosts[1].assignments().len(),
+        other_started,
+        hosts[1].tasks_started().len()
+    );
+    assert!(
+        tally.complete(),
+        "{tally:?}\n{}",
+        post_mortem(&kafka, &hosts)
+    );
+    assert_eq!(
+        hosts[1].assignments().len(),
+        other_log,
+        "host-1 saw a rebalance:\n{}",
+        hosts[1].log_text()
+    );
+    assert_eq!(hosts[1].tasks_started().len(), other_started);
+}
+
+const ORDERS: u32 = 600;
+
+#[test]
+fn a_static_member_restarted_within_the_session_timeout_moves_nothing_under_the_consumer_protocol()
+{
+    static_restart("consumer");
+}
+
+#[test]
+fn a_static_member_restarted_within_the_session_timeout_moves_nothing_under_the_classic_protocol() {
+    static_restart("classic");
+}
+
+/// A rebalance storm (`make soak`, not CI): four host slots, and every 3 s for a minute one of
+/// them changes — started, stopped by SIGTERM, or killed -9 — while the stream flows. Then one
+/// host is left to finish: every expected outcome must be there, and no task may ever have
+/// started without both its partitions. Prints the duplicates and how often a half waited for
+/// its pair.
+fn storm(protocol: &str) {
+    let test = format!("storm_{protocol}");
+    let _serial = serial();
+    let dir = run_dir(&test);
+    let kafka = join_broker(&dir);
+    let config = join_config_for(
+        protocol,
+        &kafka.bootstrap,
+        &test,
+        &plugin("order_paid_rust.wasm"),
+        "left",
+    );
+    let mut hosts: Vec<HostProcess> = (0..4)
+        .map(|i| HostProcess::start(&dir, &format!("host-{i}"), &config))
+        .collect();
+    let mut running = [true; 4];
+    wait_for_stable_group(
+        &hosts.iter().collect::<Vec<_>>(),
+        PARTITIONS,
+        Duration::from_secs(90),
+    );
+    let outputs = Outputs::start(&kafka);
+    let stop = Arc::new(AtomicBool::new(false));
+    let producing = produce_paced(kafka.bootstrap.clone(), 0, stop.clone());
+    let (mut seed, mut changes) = (0x2545_f491_u64, Vec::new());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_secs(3));
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let slot = (seed >> 33) as usize % 4;
+        let change = if !running[slot] {
+            hosts[slot].restart(&dir);
+            "started"
+        } else if running.iter().filter(|r| **r).count() == 1 {
+            continue;
+        } else if (seed >> 20) % 2 == 0 {
+            hosts[slot].terminate();
+            let _ = hosts[slot].wait_exit(Duration::from_secs(60));
+            "SIGTERM"
+        } else {
+            hosts[slot].kill9();
+            "kill -9"
+        };
+        running[slot] = !running[slot];
+        changes.push(format!("host-{slot} {change}"));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let orders = producing.join().unwrap();
+    let alive: Vec<&HostProcess> = hosts
+        .iter()
+        .zip(running)
+        .filter(|(_, r)| *r)
+        .map(|(h, _)| h)
+        .collect();
+    wait_for_stable_group(&alive, PARTITIONS, Duration::from_secs(120));
+    close_after(&kafka, orders);
+    let expected = stream::expected(orders);
+    let read = outputs.wait(Duration::from_secs(180), Duration::from_secs(3), |r| {
+        Tally::of(&expected, &order_outputs(r)).missing.is_empty()
+    });
+    let tally = Tally::of(&expected, &order_outputs(&read));
+    let waits: usize = hosts
+        .iter()
+        .map(|h| {
+            h.log_text()
+                .matches("\"waited_for_pair_ms\":\"Some(")
+                .count()
+        })
+        .sum();
+    let starts: usize = hosts.iter().map(|h| h.tasks_started().len()).sum();
+    eprintln!(
+        "{protocol} storm: {} changes ({}); {orders} orders: matches {}, expiries {}, duplicates {}, missing {}; {starts} task starts, {waits} after a wait for the pair",
+        changes.len(),
+        changes.join(", "),
+        tally.matches,
+        tally.expiries,
+        tally.duplicates,
+        tally.missing.len()
+    );
+    assert!(tally.complete(), "{tally:?}");
+    for h in &hosts {
+        assert_eq!(
+            h.tasks_started_unpaired(),
+            Vec::<i32>::new(),
+            "{}:\n{}",
+            h.name,
+            h.log_text()
+        );
+    }
+}
+
+#[test]
+#[ignore = "a minute-long rebalance storm: make soak"]
+fn a_rebalance_storm_under_the_consumer_protocol_loses_nothing() {
+    storm("consumer");
+}
+
+#[test]
+#[ignore = "a minute-long rebalance storm: make soak"]
+fn a_rebalance_storm_under_the_classic_protocol_loses_nothing() {
+    storm("classic");
 }

@@ -384,6 +384,21 @@ impl Source {
             .collect()
     }
 
+    /// This consumer's member id in the group, once it has one.
+    pub fn member_id(&self) -> Option<String> {
+        // SAFETY: the client pointer lives as long as `self.consumer`; librdkafka returns a
+        // NUL-terminated copy (or null) that is freed here with its own allocator.
+        unsafe {
+            let ptr = rdkafka::bindings::rd_kafka_memberid(self.consumer.client().native_ptr());
+            if ptr.is_null() {
+                return None;
+            }
+            let id = std::ffi::CStr::from_ptr(ptr).to_string_lossy().into_owned();
+            rdkafka::bindings::rd_kafka_mem_free(std::ptr::null_mut(), ptr.cast());
+            (!id.is_empty()).then_some(id)
+        }
+    }
+
     /// Stops fetching partition p of both topics (a halted task).
     pub fn pause(&self, p: i32) -> Result<()> {
         let mut tpl = TopicPartitionList::new();

@@ -278,6 +278,8 @@ impl Host {
             .emit(&self.metrics);
         }
         if rebalanced.assignment {
+            let member_id = source.member_id();
+            self.metrics.update(|m| m.member_id = member_id);
             let [left, right] = run.pairing.held();
             Happened::Assignment {
                 left: &left,
