@@ -8,7 +8,8 @@
 #   make plugins build every plugin component into build/plugins/
 #   make kafka   start a single-node Apache Kafka broker on 127.0.0.1:9092 (the README walk-through);
 #                make kafka-stop stops it
-#   make soak    the checks at scale that stay out of CI: repeated kill -9 rounds
+#   make soak    the checks at scale that stay out of CI: repeated kill -9 rounds, a one-minute
+#                rebalance storm per group protocol
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -136,9 +137,12 @@ bench-join: plugins host kafka-libs $(VENV_BENCH)/.installed $(KSTREAMS)/target/
 	  $(CARGO) bench -p cojoin-e2e --bench join
 
 # Five rounds of kill -9 of one of three hosts on Kafka, each with its matches, expiries,
-# duplicates and their bound (the records past the last commit); not part of CI.
+# duplicates and their bound (the records past the last commit); then a minute of hosts joining
+# and leaving under load, per group protocol. Not part of CI.
 soak: plugins host kafka-libs
 	@mkdir -p build
 	set -o pipefail; COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) COJOIN_KILL_ROUNDS=$${COJOIN_KILL_ROUNDS:-5} $(CARGO) test --release \
 	  -p cojoin-e2e --test kafka_join one_of_three_hosts_killed -- --nocapture 2>&1 | tee build/soak.log | \
 	  grep -E 'kill -9|test result'
+	set -o pipefail; COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) test --release -p cojoin-e2e --test kafka_scale \
+	  -- --ignored --nocapture storm 2>&1 | tee -a build/soak.log | grep -E 'storm:|test result'

@@ -61,6 +61,9 @@ bind = "127.0.0.1:0"
     )
 }
 
+/// Partitions held of the left and the right topic.
+type Held = (Vec<i32>, Vec<i32>);
+
 /// One `cojoin run` process.
 pub struct HostProcess {
     pub name: String,
@@ -155,8 +158,8 @@ impl HostProcess {
 
     /// Every "assignment" and "partitions revoked" line of every run, with what was held after
     /// it, and the tasks started right after it (before the next such line).
-    fn group_log(&self) -> Vec<((Vec<i32>, Vec<i32>), Vec<i32>)> {
-        let mut out: Vec<((Vec<i32>, Vec<i32>), Vec<i32>)> = Vec::new();
+    fn group_log(&self) -> Vec<(Held, Vec<i32>)> {
+        let mut out: Vec<(Held, Vec<i32>)> = Vec::new();
         for log in &self.runs {
             let (mut left, mut right) = (Vec::new(), Vec::new());
             for line in log_lines(log) {

@@ -25,7 +25,7 @@ pub fn swap_recorded(
         Ok(version) => {
             if version.generation != before {
                 Happened::PluginSwapped {
-                    label: &*version.label,
+                    label: &version.label,
                     generation: version.generation,
                     source,
                 }
@@ -36,7 +36,7 @@ pub fn swap_recorded(
         Err(e) => {
             Happened::SwapRefused {
                 name,
-                running: &*registry.current().label,
+                running: &registry.current().label,
                 source,
                 error: &e,
             }

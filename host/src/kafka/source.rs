@@ -23,8 +23,6 @@ use crate::metrics::Metrics;
 use crate::report::Happened;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
-/// How long leaving the group may take when a host stops.
-const CLOSE_BOUND: Duration = Duration::from_secs(30);
 
 /// What the rebalance callbacks and the loop share. Locked only briefly, never across I/O other
 /// than the revoke commit (which must happen before the partitions go).
@@ -468,20 +466,13 @@ impl Source {
     }
 
     /// Leaves the group (revoking, and so committing, what is held).
-    pub fn close(&self) {
+    pub fn close(self) {
         // Closing, not unsubscribing: a static member (kafka.instance_id) then keeps its
         // partitions for the session timeout (KIP-345 sends no LeaveGroup; KIP-848 leaves with
-        // epoch -2), so a restart within it moves nothing; a dynamic member leaves at once. The
-        // revoke callback commits in here.
-        if let Err(e) = self.consumer.close_queue() {
-            tracing::warn!("closing the consumer: {e}");
-            return;
-        }
-        let deadline = std::time::Instant::now() + CLOSE_BOUND;
-        while !self.consumer.closed() && std::time::Instant::now() < deadline {
-            // What arrives now is not processed: it was not committed, the next owner reads it.
-            let _ = self.consumer.poll(Duration::from_millis(100));
-        }
+        // epoch -2), so a restart within it moves nothing; a dynamic member leaves at once.
+        // rdkafka's drop closes the consumer and polls until it is closed, running the revoke
+        // callback that commits (closing it here first made that drop log an error).
+        drop(self.consumer);
     }
 }
 
