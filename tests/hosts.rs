@@ -17,8 +17,9 @@ pub fn join_config(bootstrap: &str, group: &str, plugin: &Path, kind: &str) -> S
     join_config_for("classic", bootstrap, group, plugin, kind)
 }
 
-/// [`join_config`] for a group protocol: `classic` with a 6 s session timeout (client side), or
-/// `consumer` (KIP-848), whose session timeout the broker sets (10 s in tests/kafka/broker.sh).
+/// [`join_config`] for a group protocol: `classic` with a 6 s session timeout (client side),
+/// `consumer` (KIP-848), whose session timeout the broker sets (10 s in tests/kafka/broker.sh), or
+/// `auto` (the broker's choice, with the broker's session timeout).
 pub fn join_config_for(
     protocol: &str,
     bootstrap: &str,
@@ -33,6 +34,7 @@ pub fn join_config_for(
         "consumer" => {
             "group_protocol = \"consumer\"\n[kafka.options]\n\"max.poll.interval.ms\" = \"10000\""
         }
+        "auto" => "group_protocol = \"auto\"\n[kafka.options]\n\"max.poll.interval.ms\" = \"10000\"",
         other => panic!("no group protocol {other:?}"),
     };
     format!(

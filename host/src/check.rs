@@ -11,8 +11,8 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::Config;
-use crate::kafka::assignment;
 use crate::kafka::partitioner::{self, Partitioner};
+use crate::kafka::{assignment, protocol};
 
 /// What the check found; `problems` empty means the join can run.
 #[derive(Debug, Default)]
@@ -91,6 +91,13 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
         "broker reached: {} broker(s)",
         metadata.brokers().len()
     ));
+    let (protocol, why) =
+        protocol::choose(config.kafka.group_protocol, &config.kafka.options, || {
+            protocol::broker_protocols(&crate::kafka::client::base(&config.kafka))
+        });
+    report
+        .lines
+        .push(format!("group protocol {}: {why}", protocol.as_str()));
     let count = |topic: &str| {
         metadata
             .topics()

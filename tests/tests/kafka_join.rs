@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use cojoin_e2e::broker::Kafka;
-use cojoin_e2e::hosts::{join_config, wait_for_stable_group, HostProcess};
+use cojoin_e2e::hosts::{join_config, join_config_for, wait_for_stable_group, HostProcess};
 use cojoin_e2e::scenario::{
     assert_co_partitioned, close_windows, join_broker, post_mortem, read_all_outcomes, run_dir,
     serial, start_hosts, PARTITIONS,
@@ -226,7 +226,8 @@ fn check_reports_keys_that_producers_partitioned_differently() {
     let _serial = serial();
     let dir = run_dir("check_reports_keys_that_producers_partitioned_differently");
     let kafka = join_broker(&dir);
-    let config = join_config(
+    let config = join_config_for(
+        "auto",
         &kafka.bootstrap,
         "check",
         &plugin("order_paid_rust.wasm"),
@@ -252,6 +253,11 @@ fn check_reports_keys_that_producers_partitioned_differently() {
     );
     assert!(
         stdout.contains("payments: 150 keys sampled, partitioned by CRC32"),
+        "{stdout}"
+    );
+    // Apache Kafka 4.4 enables the consumer group protocol, and auto takes it.
+    assert!(
+        stdout.contains("group protocol consumer: the broker enables it"),
         "{stdout}"
     );
 }

@@ -146,12 +146,23 @@ pub fn producer(kafka: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// Options about membership in a consumer group, which a reader outside the group does not use
+/// (and which librdkafka checks against one another: `max.poll.interval.ms` below the classic
+/// default `session.timeout.ms` refuses the client).
+const MEMBERSHIP: [&str; 4] = [
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "partition.assignment.strategy",
+];
+
 /// A consumer outside the group (metadata, sampling): `group` names it.
 pub fn reader(kafka: &KafkaConfig, group: &str) -> ClientConfig {
     let mut c = base(kafka);
     c.set("group.id", group).set("enable.auto.commit", "false");
     for (k, v) in &kafka.options {
-        if scope(k) == Scope::Consumer && !k.starts_with("group.") {
+        let membership = k.starts_with("group.") || MEMBERSHIP.contains(&k.as_str());
+        if scope(k) == Scope::Consumer && !membership {
             c.set(k, v);
         }
     }
@@ -193,7 +204,14 @@ mod tests {
             "the user's option wins"
         );
         assert_eq!(p.get("enable.idempotence"), Some("true"));
-        assert_eq!(reader(&kafka, "g-check").get("group.id"), Some("g-check"));
+        let reader = reader(&kafka, "g-check");
+        assert_eq!(reader.get("group.id"), Some("g-check"));
+        assert_eq!(
+            reader.get("session.timeout.ms"),
+            None,
+            "a reader joins no group"
+        );
+        assert_eq!(reader.get("fetch.queue.backoff.ms"), Some("100"));
     }
 
     #[test]
