@@ -310,6 +310,37 @@ pub struct OutputConfig {
     /// (their inputs dead-lettered as `output-refused`). Default: any topic but the join's inputs.
     #[serde(default)]
     pub allowed_topics: Option<Vec<String>>,
+    /// `at-least-once` (outputs produced, then offsets committed) or `exactly-once` (outputs and
+    /// offsets in one Kafka transaction per commit interval). Default: `at-least-once`.
+    #[serde(default)]
+    pub guarantee: Guarantee,
+    /// How often offsets are committed (with exactly-once: how often a transaction is committed,
+    /// which is the latency a `read_committed` reader sees). Default: `"1s"`, or `"100ms"` with
+    /// exactly-once (as Kafka Streams).
+    #[serde(default, with = "optional_duration")]
+    pub commit_interval: Option<Duration>,
+}
+
+/// What a downstream reader can count on.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Guarantee {
+    /// A crash repeats the outputs made since the last commit.
+    #[default]
+    AtLeastOnce,
+    /// Outputs and the input offsets they come from are committed together: a `read_committed`
+    /// reader sees each output once, even across crashes and rebalances.
+    ExactlyOnce,
+}
+
+impl OutputConfig {
+    /// The commit interval in force: the configured one, else the guarantee's default.
+    pub fn commit_interval(&self) -> Duration {
+        self.commit_interval.unwrap_or(match self.guarantee {
+            Guarantee::AtLeastOnce => Duration::from_secs(1),
+            Guarantee::ExactlyOnce => Duration::from_millis(100),
+        })
+    }
 }
 
 impl Config {
@@ -501,6 +532,25 @@ impl Config {
                 "set output.dead_letter_topic, or set those policies to drop / halt",
             );
         }
+        if self.output.commit_interval().is_zero() {
+            return invalid(
+                "output.commit_interval",
+                "is zero",
+                "give the time between commits, e.g. \"100ms\" or \"1s\"",
+            );
+        }
+        if self.output.guarantee == Guarantee::ExactlyOnce {
+            if let Some(set) = ["transactional.id", "enable.idempotence", "isolation.level"]
+                .iter()
+                .find(|o| self.kafka.options.contains_key(**o))
+            {
+                return invalid(
+                    "kafka.options",
+                    &format!("sets {set:?}, which output.guarantee = \"exactly-once\" sets itself"),
+                    "remove it",
+                );
+            }
+        }
         Ok(())
     }
 }
@@ -554,6 +604,20 @@ mod duration {
         assert!(parse("5 minutes").is_err());
         assert!(parse("10").is_err());
         assert!(parse("").is_err());
+    }
+}
+
+/// An optional duration: absent is `None`, present is parsed as [`duration`].
+mod optional_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let text = String::deserialize(d)?;
+        super::duration::parse(&text)
+            .map(Some)
+            .map_err(serde::de::Error::custom)
     }
 }
 

@@ -107,6 +107,10 @@ pub struct Snapshot {
     pub swaps: u64,
     pub swaps_refused: u64,
     pub rebalances: u64,
+    /// Exactly-once: transactions committed (and the seconds their commits took) and aborted.
+    pub transactions_committed: u64,
+    pub transaction_commit_seconds: f64,
+    pub transactions_aborted: u64,
     /// This host's member id in the group, as of its last assignment.
     pub member_id: Option<String>,
     /// The consumer group protocol running (`consumer` or `classic`), once chosen.
@@ -258,6 +262,16 @@ impl Collector for Scrape {
                 s.rebalances,
             ),
             (
+                "cojoin_transactions_committed",
+                "Exactly-once: transactions (outputs and input offsets) committed.",
+                s.transactions_committed,
+            ),
+            (
+                "cojoin_transactions_aborted",
+                "Exactly-once: transactions aborted (their outputs discarded, the tasks replayed from their last commit).",
+                s.transactions_aborted,
+            ),
+            (
                 "cojoin_pair_waits",
                 "Tasks whose first partition arrived before the second (the new group protocol moves partitions one at a time).",
                 s.pair_waits,
@@ -296,6 +310,11 @@ impl Collector for Scrape {
                 "cojoin_rebalance_seconds",
                 "Seconds spent in rebalances (see cojoin_rebalances_total).",
                 s.rebalance_seconds,
+            ),
+            (
+                "cojoin_transaction_commit_seconds",
+                "Exactly-once: seconds spent committing transactions (see cojoin_transactions_committed_total).",
+                s.transaction_commit_seconds,
             ),
             (
                 "cojoin_pair_wait_seconds",

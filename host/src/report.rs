@@ -87,6 +87,15 @@ pub enum Happened<'a> {
     ConsumerError {
         error: &'a dyn Display,
     },
+    /// Exactly-once: a transaction (outputs and offsets) committed.
+    TransactionCommitted {
+        took: std::time::Duration,
+        on_revoke: bool,
+    },
+    /// Exactly-once: a transaction aborted; its tasks replay from their last commit.
+    TransactionAborted {
+        why: &'a str,
+    },
     /// A delivery failed for a reason that may pass (a timeout, a broker away): sent again.
     DeliveryRetried {
         error: &'a dyn Display,
@@ -196,6 +205,17 @@ impl Happened<'_> {
                 metrics.update(|m| m.commit_failures += 1);
                 tracing::warn!(target: "cojoin::report", partitions, on_revoke,
                     "commit failed (the next one retries; a restart would replay more): {error}");
+            }
+            TransactionCommitted { took, on_revoke } => {
+                metrics.update(|m| {
+                    m.transactions_committed += 1;
+                    m.transaction_commit_seconds += took.as_secs_f64();
+                });
+                tracing::debug!(target: "cojoin::report", took_ms = took.as_millis() as u64, on_revoke, "transaction committed");
+            }
+            TransactionAborted { why } => {
+                metrics.update(|m| m.transactions_aborted += 1);
+                tracing::warn!(target: "cojoin::report", "transaction aborted, its outputs discarded; every task replays from its last commit: {why}");
             }
             ConsumerError { error } => {
                 metrics.update(|m| m.consumer_errors += 1);

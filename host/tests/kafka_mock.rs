@@ -729,3 +729,54 @@ fn a_lone_half_waits_paused_and_its_task_starts_from_its_commit_when_the_pair_co
     host.stop();
     assert_every_order_reported(&outputs);
 }
+
+/// Exactly-once on the mock cluster, as far as the mock goes: it speaks the transactional
+/// protocol but keeps no transactional offsets and writes no abort markers, so what a
+/// `read_committed` reader sees across a restart or an abort is checked on Apache Kafka
+/// (tests/tests/kafka_eos.rs). Here: transactions commit, and a zombie's offset commit refused
+/// with ILLEGAL_GENERATION (KIP-447 fencing) aborts the transaction, the tasks replay from their
+/// last commit, and no order is lost.
+#[test]
+fn exactly_once_commits_transactions_and_an_aborted_one_is_replayed_without_loss() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    let (cluster, bootstrap) = join_cluster();
+    let mut eos = config(&bootstrap, &format!("eos-{}", std::process::id()), CLASSIC);
+    eos.output.guarantee = cojoin::config::Guarantee::ExactlyOnce;
+    let p = producer(&bootstrap);
+    produce_orders(&p, 0, 100);
+    let host = start_host_config(eos);
+    read_outputs(&bootstrap, |o| {
+        o.iter().filter(|(_, s)| s == "paid").count() >= 75
+    });
+    let committed = wait_for_page(&host, "a transaction committed", |page| {
+        sample(page, "cojoin_transactions_committed_total").is_some_and(|n| n > 0)
+    });
+    assert_eq!(
+        sample(&committed, "cojoin_transactions_aborted_total"),
+        Some(0),
+        "{committed}"
+    );
+
+    cluster.request_errors(
+        RDKafkaApiKey::TxnOffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION],
+    );
+    produce_orders(&p, 100, 200);
+    produce_ticks(&p);
+    let outputs = read_outputs(&bootstrap, |o| {
+        o.iter().collect::<std::collections::HashSet<_>>().len() >= 200
+    });
+    let page = wait_for_page(&host, "the transaction aborted", |page| {
+        sample(page, "cojoin_transactions_aborted_total") == Some(1)
+    });
+    host.stop();
+    assert_every_order_reported(&outputs);
+    eprintln!(
+        "{}",
+        page.lines()
+            .filter(|l| l.starts_with("cojoin_transaction"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

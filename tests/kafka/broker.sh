@@ -51,6 +51,9 @@ offsets.topic.num.partitions=6
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=6
+# A killed exactly-once host leaves a transaction open; check for timed-out ones every second (the
+# default, 10 s, would hold read_committed readers that much longer in the tests).
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0

@@ -13,3 +13,4 @@ pub mod partitioner;
 pub mod protocol;
 pub mod sink;
 pub mod source;
+pub mod transaction;

@@ -18,6 +18,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 
 use crate::event::Event;
+use crate::kafka::transaction::{Outcome, Transactions};
 use crate::metrics::Metrics;
 use crate::report::Happened;
 use crate::task::{Batch, DeadLetter, Emit, PartitionTask};
@@ -167,8 +168,20 @@ pub struct Acknowledged {
     pub dead_letters: u64,
 }
 
+/// How a round's delivery ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Delivered {
+    /// Every record acknowledged (refused ones handed to their tasks).
+    Done,
+    /// Exactly-once: a delivery failed, which dooms the open transaction; it was aborted and the
+    /// tasks must go back to their last committed points (the reason).
+    Aborted(String),
+}
+
 pub struct Sink {
-    producer: BaseProducer<Deliveries>,
+    producer: Arc<BaseProducer<Deliveries>>,
+    /// Exactly-once: the transaction the records are produced in.
+    transactions: Option<Arc<Transactions>>,
     output_topic: String,
     dead_letter_topic: Option<String>,
     topics: KnownTopics,
@@ -177,18 +190,35 @@ pub struct Sink {
 
 impl Sink {
     /// A producer for `output_topic` (and the dead-letter topic); what happens to it is reported
-    /// to `metrics`.
+    /// to `metrics`. With a `transactional_id` it produces in transactions (exactly-once).
     pub fn new(
         config: &ClientConfig,
         output_topic: &str,
         dead_letter_topic: Option<&str>,
         metrics: Arc<Metrics>,
+        transactional_id: Option<&str>,
     ) -> Result<Self> {
-        let producer: BaseProducer<Deliveries> = config
-            .create_with_context(Deliveries::default())
-            .context("creating the Kafka producer")?;
+        let mut config = config.clone();
+        if let Some(id) = transactional_id {
+            config.set("transactional.id", id);
+            // A host killed with a transaction open blocks read_committed readers of the output
+            // until the broker aborts it: 10 s, as Kafka Streams (librdkafka's default is 60 s).
+            if config.get("transaction.timeout.ms").is_none() {
+                config.set("transaction.timeout.ms", "10000");
+            }
+        }
+        let producer: Arc<BaseProducer<Deliveries>> = Arc::new(
+            config
+                .create_with_context(Deliveries::default())
+                .context("creating the Kafka producer")?,
+        );
+        let transactions = match transactional_id {
+            Some(_) => Some(Arc::new(Transactions::init(producer.clone())?)),
+            None => None,
+        };
         Ok(Sink {
             producer,
+            transactions,
             output_topic: output_topic.to_owned(),
             dead_letter_topic: dead_letter_topic.map(str::to_owned),
             topics: KnownTopics::default(),
@@ -212,6 +242,11 @@ impl Sink {
         Ok(())
     }
 
+    /// Exactly-once: the transactions this sink produces in (the source commits them).
+    pub fn transactions(&self) -> Option<Arc<Transactions>> {
+        self.transactions.clone()
+    }
+
     /// Outputs and dead letters the broker has acknowledged so far.
     pub fn acknowledged(&self) -> Acknowledged {
         let d = self.producer.context();
@@ -231,7 +266,7 @@ impl Sink {
         &mut self,
         batches: &mut [(i32, Batch)],
         tasks: &mut std::collections::BTreeMap<i32, PartitionTask>,
-    ) -> Result<()> {
+    ) -> Result<Delivered> {
         let mut queue: Vec<Origin> = Vec::new();
         for (b, (_, batch)) in batches.iter().enumerate() {
             for (e, emit) in batch.emits.iter().enumerate() {
@@ -243,6 +278,9 @@ impl Sink {
         // while it waits, and past max.poll.interval.ms (300 s) the group would give its tasks
         // to another member while it still produced.
         let give_up = Instant::now() + DELIVERY_BOUND;
+        if let (Some(txn), false) = (&self.transactions, queue.is_empty()) {
+            txn.ensure_open()?;
+        }
         while !queue.is_empty() {
             let sent = std::mem::take(&mut queue);
             let mut refused: Vec<(Origin, String)> = Vec::new();
@@ -269,6 +307,14 @@ impl Sink {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner()),
             );
+            if let (Some(txn), Some((_, e))) = (&self.transactions, failed.first()) {
+                // In a transaction a failed delivery fails the transaction: nothing of it may be
+                // committed, so it is aborted and the tasks replay from their commits.
+                return match txn.abort(&format!("a delivery failed: {e}")) {
+                    Outcome::Fatal(why) => bail!("{why}; stopping without committing"),
+                    outcome => Ok(Delivered::Aborted(format!("{outcome:?}"))),
+                };
+            }
             for (i, e) in failed {
                 let origin = sent[i];
                 match verdict(&e) {
@@ -334,7 +380,7 @@ impl Sink {
                 queue.extend(resend);
             }
         }
-        Ok(())
+        Ok(Delivered::Done)
     }
 
     fn await_in_flight(&self) -> Result<()> {

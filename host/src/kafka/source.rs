@@ -19,6 +19,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::event::{Event, Side};
 use crate::join::CommitPoint;
+use crate::kafka::transaction::{Outcome, Transactions};
 use crate::metrics::Metrics;
 use crate::report::Happened;
 
@@ -35,6 +36,23 @@ struct Shared {
     revoked: Vec<(String, i32)>,
     /// An assignment callback ran (under the classic protocol it can be empty).
     assignment: bool,
+    /// Exactly-once: the revoke callback's transaction was aborted or failed for good.
+    transaction_failed: Option<Outcome>,
+    /// Exactly-once: the points of the last committed transaction (an idle host commits none).
+    committed: HashMap<(String, i32), CommitPoint>,
+}
+
+/// Counts and logs a transaction's outcome.
+fn report_transaction(metrics: &Metrics, outcome: &Outcome, on_revoke: bool) {
+    match outcome {
+        Outcome::Committed { took } => Happened::TransactionCommitted {
+            took: *took,
+            on_revoke,
+        }
+        .emit(metrics),
+        Outcome::Aborted(why) => Happened::TransactionAborted { why }.emit(metrics),
+        Outcome::Nothing | Outcome::Fatal(_) => {}
+    }
 }
 
 /// Counts and logs a commit's outcome. Every commit is synchronous, so its outcome is known
@@ -69,6 +87,7 @@ struct RebalanceContext {
     shared: Arc<Mutex<Shared>>,
     metrics: Arc<Metrics>,
     topics: [Arc<str>; 2],
+    transactions: Option<Arc<Transactions>>,
 }
 
 impl ClientContext for RebalanceContext {}
@@ -91,13 +110,33 @@ impl ConsumerContext for RebalanceContext {
                 .iter()
                 .flat_map(|&p| self.topics.iter().map(move |t| (t.to_string(), p)))
                 .collect();
-            let points = task_partitions
-                .iter()
-                .filter_map(|tp| shared.points.remove(tp).map(|p| (tp.clone(), p)));
-            let commit = commit_list(points);
-            if commit.count() > 0 {
-                let result = consumer.commit(&commit, CommitMode::Sync);
-                report_commit(&self.metrics, result, true, commit.count());
+            match &self.transactions {
+                // Exactly-once: the open transaction is committed with every task's points
+                // before the partitions go (its outputs are the revoked tasks' too).
+                Some(txn) => {
+                    let all = commit_list(shared.points.iter().map(|(k, v)| (k.clone(), *v)));
+                    let outcome = match consumer.group_metadata() {
+                        Some(group) => txn.commit(&all, &group),
+                        None => txn.abort("no consumer group metadata to commit with"),
+                    };
+                    for tp in &task_partitions {
+                        shared.points.remove(tp);
+                    }
+                    report_transaction(&self.metrics, &outcome, true);
+                    if matches!(outcome, Outcome::Aborted(_) | Outcome::Fatal(_)) {
+                        shared.transaction_failed.get_or_insert(outcome);
+                    }
+                }
+                None => {
+                    let points = task_partitions
+                        .iter()
+                        .filter_map(|tp| shared.points.remove(tp).map(|p| (tp.clone(), p)));
+                    let commit = commit_list(points);
+                    if commit.count() > 0 {
+                        let result = consumer.commit(&commit, CommitMode::Sync);
+                        report_commit(&self.metrics, result, true, commit.count());
+                    }
+                }
             }
             shared.revoked.extend(revoked);
         }
@@ -156,6 +195,8 @@ pub struct Source {
     consumer: BaseConsumer<RebalanceContext>,
     shared: Arc<Mutex<Shared>>,
     metrics: Arc<Metrics>,
+    /// Exactly-once: commits go through the transaction, not the consumer.
+    transactions: Option<Arc<Transactions>>,
     /// Every event of a topic shares its name: no allocation of a topic string per record.
     topics: [Arc<str>; 2],
 }
@@ -168,6 +209,7 @@ impl Source {
         left: &str,
         right: &str,
         metrics: Arc<Metrics>,
+        transactions: Option<Arc<Transactions>>,
     ) -> Result<Self> {
         let shared = Arc::new(Mutex::new(Shared::default()));
         let topics: [Arc<str>; 2] = [left.into(), right.into()];
@@ -176,6 +218,7 @@ impl Source {
                 shared: shared.clone(),
                 metrics: metrics.clone(),
                 topics: topics.clone(),
+                transactions: transactions.clone(),
             })
             .context("creating the Kafka consumer (check [kafka] and [kafka.options])")?;
         Ok(Source {
@@ -183,6 +226,7 @@ impl Source {
             shared,
             metrics,
             topics,
+            transactions,
         })
     }
 
@@ -452,17 +496,50 @@ impl Source {
     /// Commits every published point and waits for the broker's answer (a round trip a
     /// second; Kafka Streams commits synchronously too). A failure is logged and counted: the
     /// next commit retries, and a restart would replay more.
-    pub fn commit(&self) {
+    ///
+    /// Exactly-once: commits the open transaction with the points instead, and returns how it
+    /// ended — also when a revoke callback's commit failed since the last call. `Aborted` means
+    /// the tasks must go back to their last committed points; `Fatal`, that this host may not
+    /// produce again.
+    pub fn commit(&self) -> Outcome {
         let points: Vec<_> = {
             let s = lock(&self.shared);
             s.points.iter().map(|(k, v)| (k.clone(), *v)).collect()
         };
-        if points.is_empty() {
-            return;
+        let Some(txn) = &self.transactions else {
+            if points.is_empty() {
+                return Outcome::Nothing;
+            }
+            let count = points.len();
+            let result = self.consumer.commit(&commit_list(points), CommitMode::Sync);
+            report_commit(&self.metrics, result, false, count);
+            return Outcome::Nothing;
+        };
+        if let Some(failed) = lock(&self.shared).transaction_failed.take() {
+            return failed;
         }
-        let count = points.len();
-        let result = self.consumer.commit(&commit_list(points), CommitMode::Sync);
-        report_commit(&self.metrics, result, false, count);
+        let unchanged = {
+            let s = lock(&self.shared);
+            points.len() == s.committed.len()
+                && points.iter().all(|(k, v)| s.committed.get(k) == Some(v))
+        };
+        if unchanged && !txn.is_open() {
+            return Outcome::Nothing;
+        }
+        let outcome = match self.consumer.group_metadata() {
+            Some(group) => txn.commit(&commit_list(points.iter().cloned()), &group),
+            None => txn.abort("no consumer group metadata to commit with"),
+        };
+        if let Outcome::Committed { .. } = outcome {
+            lock(&self.shared).committed = points.into_iter().collect();
+        }
+        report_transaction(&self.metrics, &outcome, false);
+        outcome
+    }
+
+    /// Exactly-once: a transaction a revoke callback failed to commit since the last call.
+    pub fn transaction_failed(&self) -> Option<Outcome> {
+        lock(&self.shared).transaction_failed.take()
     }
 
     /// Leaves the group (revoking, and so committing, what is held).

@@ -27,11 +27,14 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::config::Config;
+use crate::config::Guarantee;
 use crate::event::Side;
+use crate::join::CommitPoint;
 use crate::kafka::pairing::Pairing;
 use crate::kafka::protocol::{self, Protocol};
-use crate::kafka::sink::{Acknowledged, Sink};
+use crate::kafka::sink::{Acknowledged, Delivered, Sink};
 use crate::kafka::source::Source;
+use crate::kafka::transaction::{self, Outcome};
 use crate::kafka::{assignment, client};
 use crate::metrics::{Metrics, TaskGauges};
 use crate::plugin::PluginRegistry;
@@ -39,8 +42,6 @@ use crate::report::Happened;
 use crate::task::{pool, PartitionTask, TaskCounters, TaskPolicy};
 use action::MeteredAction;
 
-/// How often commit points are committed while running (also on revoke and shutdown).
-const COMMIT_INTERVAL: Duration = Duration::from_secs(1);
 /// How often consumer lag is recomputed for the metrics.
 const LAG_INTERVAL: Duration = Duration::from_secs(2);
 /// A task waiting longer than this for its pair is reported (a log line) once.
@@ -68,6 +69,22 @@ struct Running {
     pairing: Pairing,
     /// Tasks already reported as waiting for their pair.
     waiting_reported: BTreeSet<i32>,
+    policy: TaskPolicy,
+}
+
+/// A task starting at its committed points.
+fn start_task(
+    source: &Source,
+    policy: &TaskPolicy,
+    p: i32,
+    start: [CommitPoint; 2],
+) -> PartitionTask {
+    let mut task = PartitionTask::new(p, policy.clone(), start);
+    task.set_wall_clock(crate::admin::now_ms() as i64);
+    // The consumer's cached end offsets may predate this assignment (kept from an earlier one):
+    // the broker's answer now is the floor below which they are not trusted.
+    task.set_end_offset_floors(source.end_offsets(p));
+    task
 }
 
 impl Host {
@@ -109,17 +126,22 @@ impl Host {
             why: &why,
         }
         .emit(&self.metrics);
-        let source = Source::new(
-            &client::consumer(&cfg.kafka, protocol),
-            left,
-            right,
-            self.metrics.clone(),
-        )?;
+        let transactional_id = (cfg.output.guarantee == Guarantee::ExactlyOnce).then(|| {
+            transaction::transactional_id(&cfg.kafka.group_id, cfg.kafka.instance_id.as_deref())
+        });
         let mut sink = Sink::new(
             &client::producer(&cfg.kafka),
             &cfg.output.topic,
             cfg.output.dead_letter_topic.as_deref(),
             self.metrics.clone(),
+            transactional_id.as_deref(),
+        )?;
+        let source = Source::new(
+            &client::consumer(&cfg.kafka, protocol),
+            left,
+            right,
+            self.metrics.clone(),
+            sink.transactions(),
         )?;
         let counts = source.partition_counts()?;
         assignment::check_counts(left, counts[0], right, counts[1])?;
@@ -142,6 +164,7 @@ impl Host {
             lags: HashMap::new(),
             pairing: Pairing::new(protocol == Protocol::Classic),
             waiting_reported: BTreeSet::new(),
+            policy: policy.clone(),
         };
         let started = Instant::now();
         let (mut last_lag, mut last_commit) = (started - LAG_INTERVAL, started);
@@ -166,12 +189,16 @@ impl Host {
             self.publish_metrics(&run, &mut workers, sink.acknowledged());
             self.heartbeat_ms
                 .store(crate::admin::now_ms(), Ordering::Relaxed);
-            if last_commit.elapsed() >= COMMIT_INTERVAL {
-                source.commit();
+            if last_commit.elapsed() >= cfg.output.commit_interval() {
+                let outcome = source.commit();
+                self.after_commit(outcome, &source, &mut run)?;
                 last_commit = Instant::now();
             }
         }
-        source.commit();
+        let outcome = source.commit();
+        if let Outcome::Fatal(why) = outcome {
+            anyhow::bail!("{why}; stopping (a restart resumes from the last commit)");
+        }
         source.close();
         Happened::LeftGroup.emit(&self.metrics);
         Ok(())
@@ -216,7 +243,10 @@ impl Host {
         }
         let mut batches = pool::run_round(running, workers, now, &std::thread::sleep);
         // Every task's batch is sent, then all are awaited at once: one round trip per round.
-        sink.deliver(&mut batches, &mut run.tasks)?;
+        if let Delivered::Aborted(why) = sink.deliver(&mut batches, &mut run.tasks)? {
+            Happened::TransactionAborted { why: &why }.emit(&self.metrics);
+            return self.rewind_all(source, run);
+        }
         for (partition, batch) in batches {
             let Some(task) = run.tasks.get_mut(&partition) else {
                 continue;
@@ -315,12 +345,7 @@ impl Host {
                     waited_ms,
                 }
                 .emit(&self.metrics);
-                let mut task = PartitionTask::new(p, policy.clone(), start);
-                task.set_wall_clock(now);
-                // The consumer's cached end offsets may predate this assignment (kept from an
-                // earlier one): the broker's answer now is the floor below which they are not
-                // trusted.
-                task.set_end_offset_floors(source.end_offsets(p));
+                let task = start_task(source, policy, p, start);
                 run.tasks.insert(p, task);
             }
         }
@@ -330,6 +355,38 @@ impl Host {
                 tasks: run.tasks.len(),
             }
             .emit(&self.metrics);
+        }
+        Ok(())
+    }
+
+    /// Exactly-once: after a commit, an aborted transaction sends every task back to its last
+    /// committed points, and a fenced producer stops the host.
+    fn after_commit(&self, outcome: Outcome, source: &Source, run: &mut Running) -> Result<()> {
+        match outcome {
+            Outcome::Aborted(_) => self.rewind_all(source, run),
+            Outcome::Fatal(why) => anyhow::bail!(
+                "{why}; stopping without committing (the tasks' new owners, or a restart, resume from the last commit)"
+            ),
+            Outcome::Committed { .. } | Outcome::Nothing => Ok(()),
+        }
+    }
+
+    /// Restarts every task from its last committed points (their partitions sought back there):
+    /// what they did since is in an aborted transaction.
+    fn rewind_all(&self, source: &Source, run: &mut Running) -> Result<()> {
+        let held: Vec<i32> = run.tasks.keys().copied().collect();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let starts = source.committed(&held)?;
+        for p in held {
+            if let Some(task) = run.tasks.remove(&p) {
+                run.retired.add(&task.counters);
+            }
+            let start = starts[&p];
+            source.rewind_and_resume(p, &start)?;
+            let task = start_task(source, &run.policy, p, start);
+            run.tasks.insert(p, task);
         }
         Ok(())
     }
