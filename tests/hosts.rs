@@ -120,12 +120,24 @@ impl HostProcess {
 
     /// SIGTERM, as a supervisor stops a host: it should finish, commit and leave the group.
     pub fn terminate(&mut self) {
+        self.signal("TERM");
+    }
+
+    /// Sends signal `name` (`STOP`, `CONT`, `TERM`) to the process.
+    pub fn signal(&self, name: &str) {
         let pid = self.child.as_ref().expect("host running").id();
         let status = Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
+            .args([&format!("-{name}"), &pid.to_string()])
             .status()
             .unwrap();
-        assert!(status.success(), "kill -TERM {pid}");
+        assert!(status.success(), "kill -{name} {pid}");
+    }
+
+    /// Whether the process has exited (and then forgets it, so that it can be restarted).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().unwrap()?;
+        self.child = None;
+        Some(status)
     }
 
     /// A new process for the same host, as a supervisor would start after a crash.

@@ -118,3 +118,81 @@ fn exactly_once_hosts_killed_mid_stream_lose_nothing_and_repeat_nothing() {
 fn at_least_once_hosts_killed_mid_stream_lose_nothing() {
     kill_rounds("at-least-once");
 }
+
+/// A zombie: host-0 is stopped (SIGSTOP) until the group has given its tasks to the others, the
+/// stream goes on, then it is continued. Whatever it does after the move — finish its round,
+/// produce, commit — must not become visible: its transaction is fenced (KIP-447: its offsets
+/// carry a stale generation; or the broker aborted it on its timeout and bumped the epoch).
+#[test]
+fn a_zombie_host_continued_after_its_tasks_moved_makes_nothing_visible() {
+    let _serial = serial();
+    let dir = run_dir("a_zombie_host_continued_after_its_tasks_moved_makes_nothing_visible");
+    let kafka = join_broker(&dir);
+    let config = join_config(
+        &kafka.bootstrap,
+        "zombie",
+        &plugin("order_paid_rust.wasm"),
+        "left",
+    )
+    .replace("[output]\n", "[output]\nguarantee = \"exactly-once\"\n");
+    let mut hosts: Vec<HostProcess> = (0..2)
+        .map(|i| HostProcess::start(&dir, &format!("host-{i}"), &config))
+        .collect();
+    wait_for_stable_group(
+        &hosts.iter().collect::<Vec<_>>(),
+        PARTITIONS,
+        Duration::from_secs(90),
+    );
+    let producer = kafka.producer("murmur2_random");
+    let mut reader = kafka.reader("orders-paid", 1);
+    kafka.produce(&producer, &stream::orders(0, 400), None);
+    reader.read_until("outcomes before the stop", Duration::from_secs(90), |r| {
+        r.len() >= 150
+    });
+
+    hosts[0].signal("STOP");
+    // host-1 takes every task once host-0's session times out.
+    wait_for_stable_group(&[&hosts[1]], PARTITIONS, Duration::from_secs(90));
+    kafka.produce(&producer, &stream::orders(400, 800), None);
+    reader.read_until(
+        "outcomes while host-0 is stopped",
+        Duration::from_secs(90),
+        |r| r.len() >= 450,
+    );
+    hosts[0].signal("CONT");
+    let t = Instant::now();
+    kafka.produce(&producer, &stream::orders(800, ORDERS), None);
+    // host-0 either rejoins (its tasks' offsets refused, its transaction aborted) or stops
+    // (its producer fenced); the outcomes are read until complete either way.
+    close_windows(&kafka, &producer);
+    let expected = stream::expected(ORDERS);
+    reader.read_while_not(Duration::from_secs(180), |r| {
+        Tally::of(&expected, &order_outputs(r)).missing.is_empty()
+    });
+    let tally = Tally::of(
+        &expected,
+        &order_outputs(reader.read_for(Duration::from_secs(5))),
+    );
+    let fate = match hosts[0].exited() {
+        Some(status) => format!("exited ({status}) after {:?}", t.elapsed()),
+        None => "rejoined the group".to_owned(),
+    };
+    let log = hosts[0].log_text();
+    let fenced = log
+        .lines()
+        .filter(|l| l.contains("fenced") || l.contains("transaction aborted"))
+        .count();
+    eprintln!(
+        "zombie: host-0 continued after its tasks moved, then {fate}; {fenced} fenced/aborted lines in its log; matches {}, expiries {}, duplicates {}, missing {}",
+        tally.matches,
+        tally.expiries,
+        tally.duplicates,
+        tally.missing.len()
+    );
+    assert!(
+        tally.complete(),
+        "{tally:?}\n{}",
+        post_mortem(&kafka, &hosts[1..])
+    );
+    assert_eq!(tally.duplicates, 0, "{tally:?}\n{log}");
+}
