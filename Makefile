@@ -9,7 +9,7 @@
 #   make kafka   start a single-node Apache Kafka broker on 127.0.0.1:9092 (the README walk-through);
 #                make kafka-stop stops it
 #   make soak    the checks at scale that stay out of CI: repeated kill -9 rounds, a one-minute
-#                rebalance storm per group protocol
+#                rebalance storm per group protocol, five kill -9 rounds under exactly-once
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -146,3 +146,5 @@ soak: plugins host kafka-libs
 	  grep -E 'kill -9|test result'
 	set -o pipefail; COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) test --release -p cojoin-e2e --test kafka_scale \
 	  -- --ignored --nocapture storm 2>&1 | tee -a build/soak.log | grep -E 'storm:|test result'
+	set -o pipefail; COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) COJOIN_EOS_KILLS=$${COJOIN_EOS_KILLS:-5} $(CARGO) test --release \
+	  -p cojoin-e2e --test kafka_eos kill -- --nocapture 2>&1 | tee -a build/soak.log | grep -E 'round\(s\)|test result'

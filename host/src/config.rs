@@ -810,4 +810,34 @@ mod tests {
         .unwrap();
         assert_eq!(ok.output.allowed_topics, Some(vec!["audit".to_owned()]));
     }
+
+    #[test]
+    fn exactly_once_commits_every_100_ms_unless_told_and_refuses_options_it_sets() {
+        let parse = |output: &str| {
+            Config::parse(&format!(
+                "{}\n[output]\ntopic = \"out\"\ndead_letter_topic = \"dlq\"\n{output}",
+                without_output!()
+            ))
+        };
+        let alo = parse("").unwrap();
+        assert_eq!(alo.output.guarantee, Guarantee::AtLeastOnce);
+        assert_eq!(alo.output.commit_interval(), Duration::from_secs(1));
+        let eos = parse("guarantee = \"exactly-once\"").unwrap();
+        assert_eq!(eos.output.commit_interval(), Duration::from_millis(100));
+        let eos = parse("guarantee = \"exactly-once\"\ncommit_interval = \"250ms\"").unwrap();
+        assert_eq!(eos.output.commit_interval(), Duration::from_millis(250));
+        let e = parse("commit_interval = \"0s\"").unwrap_err().to_string();
+        assert!(e.contains("output.commit_interval"), "{e}");
+        let e = parse("guarantee = \"exactly-twice\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exactly-twice"), "{e}");
+        let e = Config::parse(
+            &format!("{}\n[output]\ntopic = \"out\"\ndead_letter_topic = \"dlq\"\nguarantee = \"exactly-once\"", without_output!())
+                .replace("[join]", "[kafka.options]\n\"transactional.id\" = \"x\"\n[join]"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("transactional.id"), "{e}");
+    }
 }

@@ -18,7 +18,7 @@
 //!
 //! Environment: BENCH_RECORDS (per topic, default 200000), BENCH_BATCH (records per producer batch,
 //! default 10000), BENCH_RUNS (rounds, default 3; the data set is produced once), BENCH_SYSTEMS
-//! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-python,
+//! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-rust-eos (exactly-once), cojoin-python,
 //! cojoin-js, kafka-streams-rocksdb, kafka-streams-memory, python-handwritten, quixstreams),
 //! BENCH_WORKERS (cojoin's `plugin.workers`, default unset: one per core), PYTHON_BENCH (default
 //! .venv-bench/bin/python), BENCH_JAVA_HEAP (Kafka Streams' -Xmx, default 1g).
@@ -125,11 +125,12 @@ fn main() {
             );
             add(since(f, &kafka));
         }
-        for (name, wasm) in [
-            ("cojoin-noop", "noop.wasm"),
-            ("cojoin-rust", "order_paid_rust.wasm"),
-            ("cojoin-python", "order_paid_python.wasm"),
-            ("cojoin-js", "order_paid_js.wasm"),
+        for (name, wasm, guarantee) in [
+            ("cojoin-noop", "noop.wasm", "at-least-once"),
+            ("cojoin-rust", "order_paid_rust.wasm", "at-least-once"),
+            ("cojoin-rust-eos", "order_paid_rust.wasm", "exactly-once"),
+            ("cojoin-python", "order_paid_python.wasm", "at-least-once"),
+            ("cojoin-js", "order_paid_js.wasm", "at-least-once"),
         ] {
             if run(name) {
                 let since = broker_since();
@@ -138,7 +139,7 @@ fn main() {
                     round,
                     &dir,
                     &kafka.bootstrap,
-                    &plugin(wasm),
+                    (&plugin(wasm), guarantee),
                     total,
                     expected,
                 );
@@ -341,7 +342,8 @@ fn cojoin_run(
     round: u64,
     dir: &Path,
     bootstrap: &str,
-    wasm: &Path,
+    // The plugin, and output.guarantee.
+    (wasm, guarantee): (&Path, &str),
     total: u64,
     expected: u64,
 ) -> Figures {
@@ -372,6 +374,7 @@ watch = false
 [output]
 topic = "bench-out"
 dead_letter_topic = "bench-dlq"
+guarantee = "{guarantee}"
 [admin]
 bind = "127.0.0.1:0"
 "#,
