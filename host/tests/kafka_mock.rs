@@ -741,11 +741,12 @@ fn exactly_once_commits_transactions_and_an_aborted_one_is_replayed_without_loss
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
     let (cluster, bootstrap) = join_cluster();
-    let mut eos = config(&bootstrap, &format!("eos-{}", std::process::id()), CLASSIC);
-    eos.output.guarantee = cojoin::config::Guarantee::ExactlyOnce;
     let p = producer(&bootstrap);
     produce_orders(&p, 0, 100);
-    let host = start_host_config(eos);
+    let host = start_host_config(eos_config(
+        &bootstrap,
+        &format!("eos-{}", std::process::id()),
+    ));
     read_outputs(&bootstrap, |o| {
         o.iter().filter(|(_, s)| s == "paid").count() >= 75
     });
@@ -779,4 +780,99 @@ fn exactly_once_commits_transactions_and_an_aborted_one_is_replayed_without_loss
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+fn eos_config(bootstrap: &str, group: &str) -> Config {
+    let mut c = config(bootstrap, group, CLASSIC);
+    c.output.guarantee = cojoin::config::Guarantee::ExactlyOnce;
+    c
+}
+
+/// Exactly-once through transaction errors the client retries (CONCURRENT_TRANSACTIONS on
+/// AddPartitionsToTxn and EndTxn) and a broker outage during commits: the host keeps running and
+/// no order is lost. (Duplicates cannot be judged here: the mock keeps aborted records visible.)
+#[test]
+fn exactly_once_rides_out_retriable_transaction_errors_and_a_broker_outage_without_loss() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    let (cluster, bootstrap) = join_cluster();
+    let p = producer(&bootstrap);
+    produce_orders(&p, 0, 100);
+    let host = start_host_config(eos_config(
+        &bootstrap,
+        &format!("eos-faults-{}", std::process::id()),
+    ));
+    read_outputs(&bootstrap, |o| {
+        o.iter().filter(|(_, s)| s == "paid").count() >= 75
+    });
+
+    let busy = RDKafkaRespErr::RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS;
+    cluster.request_errors(RDKafkaApiKey::AddPartitionsToTxn, &[busy; 3]);
+    cluster.request_errors(RDKafkaApiKey::EndTxn, &[busy; 3]);
+    produce_orders(&p, 100, 150);
+    cluster.broker_down(1).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.broker_up(1).unwrap();
+    produce_orders(&p, 150, 200);
+    produce_ticks(&p);
+    let outputs = read_outputs(&bootstrap, |o| {
+        o.iter().collect::<std::collections::HashSet<_>>().len() >= 200
+    });
+    let page = host.metrics.render();
+    host.stop();
+    assert_every_order_reported(&outputs);
+    eprintln!(
+        "{}",
+        page.lines()
+            .filter(|l| l.starts_with("cojoin_transaction"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// A transaction error the producer cannot survive (INVALID_TXN_STATE on EndTxn is fatal in
+/// librdkafka) stops the host with the reason, committing nothing; a new host resumes from the
+/// last commit and no order is lost.
+#[test]
+fn exactly_once_stops_with_the_reason_on_a_fatal_transaction_error_and_a_restart_loses_nothing() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    let (cluster, bootstrap) = join_cluster();
+    let group = format!("eos-fatal-{}", std::process::id());
+    let p = producer(&bootstrap);
+    produce_orders(&p, 0, 100);
+    let host = start_host_config(eos_config(&bootstrap, &group));
+    read_outputs(&bootstrap, |o| {
+        o.iter().filter(|(_, s)| s == "paid").count() >= 75
+    });
+    cluster.request_errors(
+        RDKafkaApiKey::EndTxn,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE],
+    );
+    produce_orders(&p, 100, 150);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !host.thread.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the host kept running after a fatal transaction error"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let error = host
+        .thread
+        .join()
+        .unwrap()
+        .expect_err("the host stops with an error");
+    let message = format!("{error:#}");
+    eprintln!("{message}");
+    assert!(message.contains("failed for good"), "{message}");
+
+    let host = start_host_config(eos_config(&bootstrap, &group));
+    produce_orders(&p, 150, 200);
+    produce_ticks(&p);
+    let outputs = read_outputs(&bootstrap, |o| {
+        o.iter().collect::<std::collections::HashSet<_>>().len() >= 200
+    });
+    host.stop();
+    assert_every_order_reported(&outputs);
 }

@@ -116,7 +116,7 @@ impl Transactions {
         let fatal = matches!(&e, KafkaError::Transaction(t) if t.is_fatal());
         if fatal {
             return Outcome::Fatal(format!(
-                "the transactional producer was fenced or failed for good: {e} (another host with this transactional id, or this host's tasks moved while it was stalled)"
+                "the transactional producer was fenced or failed for good: {e} (fenced by a producer with the same transactional id, or an error librdkafka cannot recover from)"
             ));
         }
         // Anything else the transaction cannot survive: abort it, and the tasks replay.
