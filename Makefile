@@ -5,6 +5,7 @@
 #   make bench-matcher  the join core alone (criterion), and heap bytes per held event
 #   make bench-join  the join on Apache Kafka against the bare consumer, Kafka Streams and the Python
 #                peers (a table, ratios, a chart)
+#   make bench-latency  end-to-end latency p50/p99, at-least-once against exactly-once
 #   make plugins build every plugin component into build/plugins/
 #   make kafka   start a single-node Apache Kafka broker on 127.0.0.1:9092 (the README walk-through);
 #                make kafka-stop stops it
@@ -25,7 +26,7 @@ HOST := target/release/cojoin
 KAFKA_LIBS := tests/kafka/target/kafka-libs
 KAFKA_PORT ?= 9092
 
-.PHONY: all demo test bench bench-matcher bench-join plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak
+.PHONY: all demo test bench bench-matcher bench-join bench-latency plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak
 all: plugins host
 
 # --- toolchains ---------------------------------------------------------------------------------
@@ -135,6 +136,12 @@ $(KSTREAMS)/target/.built: $(KSTREAMS)/pom.xml $(KSTREAMS)/src/main/java/dev/coj
 bench-join: plugins host kafka-libs $(VENV_BENCH)/.installed $(KSTREAMS)/target/.built
 	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) PYTHON_BENCH=$(CURDIR)/$(VENV_BENCH)/bin/python \
 	  $(CARGO) bench -p cojoin-e2e --bench join
+
+# End-to-end latency (payment sent -> output read by a read_committed reader), p50 and p99,
+# at-least-once against exactly-once, on Apache Kafka.
+bench-latency: plugins host kafka-libs
+	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) test --release -p cojoin-e2e --test kafka_scale \
+	  latency -- --ignored --nocapture 2>&1 | grep -E '^latency|test result'
 
 # Five rounds of kill -9 of one of three hosts on Kafka, each with its matches, expiries,
 # duplicates and their bound (the records past the last commit); then a minute of hosts joining

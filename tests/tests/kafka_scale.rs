@@ -596,3 +596,77 @@ fn a_rebalance_storm_under_the_consumer_protocol_loses_nothing() {
 fn a_rebalance_storm_under_the_classic_protocol_loses_nothing() {
     storm("classic");
 }
+
+/// End-to-end latency under `guarantee` (`make bench-latency`, not CI): one host, 100 orders/s in
+/// real event time for 20 s; for each paid order, the time from sending its payment to its output
+/// reaching a `read_committed` reader. Returns (p50, p99, count).
+fn latency(guarantee: &str) -> (Duration, Duration, usize) {
+    let test = format!("latency_{guarantee}");
+    let _serial = serial();
+    let dir = run_dir(&test);
+    let kafka = join_broker(&dir);
+    let config = join_config_for(
+        "consumer",
+        &kafka.bootstrap,
+        &test,
+        &plugin("order_paid_rust.wasm"),
+        "left",
+    )
+    .replace(
+        "[output]\n",
+        &format!("[output]\nguarantee = \"{guarantee}\"\n"),
+    );
+    let host = HostProcess::start(&dir, "host-0", &config);
+    wait_for_stable_group(&[&host], PARTITIONS, Duration::from_secs(90));
+    let outputs = Outputs::start(&kafka);
+    let producer = kafka.producer("murmur2_random");
+    let mut paid_at: BTreeMap<String, Instant> = BTreeMap::new();
+    let started = Instant::now();
+    let mut next = 0;
+    while started.elapsed() < Duration::from_secs(20) {
+        let due = (started.elapsed().as_secs_f64() * f64::from(RATE)) as u32;
+        for p in 0..PARTITIONS {
+            let orders: Vec<u32> = (next..due)
+                .filter(|i| (i % PARTITIONS as u32) as i32 == p)
+                .collect();
+            let sent = Instant::now();
+            let records: Vec<Record> = orders.iter().flat_map(|&i| order(i)).collect();
+            Kafka::produce_with(&producer, &records, Some(p));
+            for i in orders.into_iter().filter(|i| i % 4 != 0) {
+                paid_at.insert(format!("order-{i}"), sent);
+            }
+        }
+        next = next.max(due);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let read = outputs.wait(Duration::from_secs(30), Duration::from_secs(2), |r| {
+        order_outputs(r).iter().filter(|(_, s)| s == "paid").count() >= paid_at.len()
+    });
+    let mut latencies: Vec<Duration> = read
+        .iter()
+        .filter_map(|r| {
+            let (order, status) = order_outputs(std::slice::from_ref(r)).pop()?;
+            (status == "paid").then(|| {
+                paid_at
+                    .get(&order)
+                    .map(|at| r.arrived.saturating_duration_since(*at))
+            })?
+        })
+        .collect();
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    let (p50, p99) = (at(0.5), at(0.99));
+    eprintln!(
+        "latency, {guarantee}: {} paid orders at {RATE} orders/s, payment sent -> output read (read_committed): p50 {p50:?}, p99 {p99:?}",
+        latencies.len()
+    );
+    (p50, p99, latencies.len())
+}
+
+#[test]
+#[ignore = "a latency measurement: make bench-latency"]
+fn latency_at_least_once_vs_exactly_once() {
+    let alo = latency("at-least-once");
+    let eos = latency("exactly-once");
+    assert!(alo.2 > 0 && eos.2 > 0);
+}
