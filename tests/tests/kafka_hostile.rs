@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::hosts::{join_config, wait_for_stable_group, HostProcess};
-use cojoin_e2e::scenario::{run_dir, serial, PARTITIONS};
+use cojoin_e2e::scenario::{join_broker, run_dir, serial, PARTITIONS};
 use cojoin_e2e::stream::{self, Record};
 use cojoin_e2e::{cojoin, plugin};
 
@@ -210,4 +210,62 @@ fn refused_outputs_and_endless_sleeps_are_dead_lettered_and_the_host_goes_on() {
     eprintln!(
         "hostile records dead-lettered in {took:?}; SIGTERM to exit {stopped:?}; outputs repeated after the restart: {repeated}"
     );
+}
+
+/// Under exactly-once, an output the broker refuses dooms its transaction: it is aborted, and the
+/// replay dead-letters that output's inputs instead of sending it again (else every replay would
+/// abort again; refused outputs that fell in two rounds abort two transactions). A read_committed reader sees the other outputs once and the dead letters once.
+#[test]
+fn under_exactly_once_an_output_the_broker_refuses_is_dead_lettered_after_an_abort() {
+    let _serial = serial();
+    let dir =
+        run_dir("under_exactly_once_an_output_the_broker_refuses_is_dead_lettered_after_an_abort");
+    let kafka = join_broker(&dir);
+    kafka.create_topic_with("small", 1, &[("max.message.bytes", "200")]);
+    let config = join_config(
+        &kafka.bootstrap,
+        "eos-hostile",
+        &plugin("misbehave.wasm"),
+        "inner",
+    )
+    .replace("[output]\n", "[output]\nguarantee = \"exactly-once\"\n");
+    let host = HostProcess::start(&dir, "host", &config);
+    wait_for_stable_group(&[&host], PARTITIONS, Duration::from_secs(60));
+    let padding = "x".repeat(300);
+    let mut keys: Vec<String> = (0..3).map(|i| format!("to:small:{i}-{padding}")).collect();
+    keys.extend((0..3).map(|i| format!("ok-{i}")));
+    kafka.produce(
+        &kafka.producer("murmur2_random"),
+        &pairs(&keys, stream::BASE_TS),
+        None,
+    );
+
+    let mut dlq = kafka.reader("dlq", 1);
+    dlq.read_until("6 dead letters", Duration::from_secs(60), |r| r.len() >= 6);
+    let mut outputs = kafka.reader("orders-paid", 1);
+    outputs.read_until("3 ok outputs", Duration::from_secs(60), |r| r.len() >= 3);
+    let (dead, ok) = (
+        dlq.read_for(Duration::from_secs(3)).to_vec(),
+        outputs.read_for(Duration::ZERO).to_vec(),
+    );
+    let page = cojoin_e2e::http::get(&format!(
+        "{}/metrics",
+        host.admin_url(Duration::from_secs(5))
+    ))
+    .body;
+    let aborted = cojoin_e2e::http::sample(&page, "cojoin_transactions_aborted_total");
+    eprintln!(
+        "exactly-once, refused output: {} dead letters ({:?}), {} outputs, transactions aborted {aborted:?}",
+        dead.len(),
+        dead.first().and_then(|r| r.header("cojoin.error.message")),
+        ok.len()
+    );
+    assert_eq!(dead.len(), 6, "{dead:?}");
+    assert!(
+        dead.iter()
+            .all(|r| r.header("cojoin.error.kind") == Some("output-refused")),
+        "{dead:?}"
+    );
+    assert_eq!(ok.len(), 3, "{ok:?}");
+    assert!(aborted.is_some_and(|n| n >= 1.0), "{page}");
 }

@@ -182,6 +182,9 @@ pub struct Sink {
     producer: Arc<BaseProducer<Deliveries>>,
     /// Exactly-once: the transaction the records are produced in.
     transactions: Option<Arc<Transactions>>,
+    /// Exactly-once: outputs the broker refused in a transaction that was then aborted, by
+    /// [`output_identity`], with why.
+    refused_in_aborted: HashMap<String, String>,
     output_topic: String,
     dead_letter_topic: Option<String>,
     topics: KnownTopics,
@@ -219,6 +222,7 @@ impl Sink {
         Ok(Sink {
             producer,
             transactions,
+            refused_in_aborted: HashMap::new(),
             output_topic: output_topic.to_owned(),
             dead_letter_topic: dead_letter_topic.map(str::to_owned),
             topics: KnownTopics::default(),
@@ -308,6 +312,22 @@ impl Sink {
                     .unwrap_or_else(|e| e.into_inner()),
             );
             if let (Some(txn), Some((_, e))) = (&self.transactions, failed.first()) {
+                // The replay will make the same outputs: one the broker refused for good is
+                // remembered, and refused before it is sent again (its inputs dead-lettered), or
+                // every replay would abort again.
+                for (i, e) in &failed {
+                    let origin = sent[*i];
+                    if verdict(e) != Verdict::Refused {
+                        continue;
+                    }
+                    if let Emit::Output { record, inputs } =
+                        &batches[origin.batch].1.emits[origin.emit]
+                    {
+                        let topic = record.topic.as_deref().unwrap_or(&self.output_topic);
+                        self.refused_in_aborted
+                            .insert(output_identity(topic, inputs), e.to_string());
+                    }
+                }
                 // In a transaction a failed delivery fails the transaction: nothing of it may be
                 // committed, so it is aborted and the tasks replay from their commits.
                 return match txn.abort(&format!("a delivery failed: {e}")) {
@@ -406,8 +426,11 @@ impl Sink {
     ) -> Result<(), SendError> {
         let emit = &batches[origin.batch].1.emits[origin.emit];
         match (emit, origin.input) {
-            (Emit::Output { record: r, .. }, _) => {
+            (Emit::Output { record: r, inputs }, _) => {
                 let topic = r.topic.as_deref().unwrap_or(&self.output_topic);
+                if let Some(why) = self.refused_in_aborted.get(&output_identity(topic, inputs)) {
+                    return Err(SendError::Refused(why.clone()));
+                }
                 if r.topic.is_some() && self.topics.missing(&self.producer, topic) {
                     return Err(SendError::Refused(format!(
                         "topic {topic:?} does not exist (create it, or write to another topic)"
@@ -474,6 +497,14 @@ enum SendError {
     /// Refused before sending, with the reason.
     Refused(String),
     Kafka(KafkaError),
+}
+
+/// What makes an output the same output again in a replay: its topic and the records it came from.
+fn output_identity(topic: &str, inputs: &[std::sync::Arc<Event>]) -> String {
+    format!(
+        "{topic} {}",
+        crate::event::positions(inputs.iter().map(|e| &**e))
+    )
 }
 
 fn push_origins(queue: &mut Vec<Origin>, batch: usize, emit: usize, e: &Emit) {
