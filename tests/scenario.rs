@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use rdkafka::producer::{DefaultProducerContext, ThreadedProducer};
 use std::time::Duration;
 
-use crate::broker::{Kafka, ReadRecord};
+use crate::broker::{Kafka, ReadRecord, Reader};
 use crate::hosts::{join_config, HostProcess};
 use crate::plugin;
 use crate::stream::{self, Record, Tally};
@@ -119,11 +119,26 @@ pub fn read_all_outcomes(
     expected: &std::collections::BTreeMap<String, &'static str>,
 ) -> Tally {
     let mut reader = kafka.reader("orders-paid", 1);
-    reader.read_while_not(Duration::from_secs(120), |r| {
+    tally_once_complete(
+        &mut reader,
+        expected,
+        Duration::from_secs(120),
+        Duration::from_secs(3),
+    )
+}
+
+/// Reads on with `reader` until every expected outcome is there (or `timeout` passes), then
+/// `settle` more for duplicates; the tally of everything it read.
+pub fn tally_once_complete(
+    reader: &mut Reader,
+    expected: &std::collections::BTreeMap<String, &'static str>,
+    timeout: Duration,
+    settle: Duration,
+) -> Tally {
+    reader.read_while_not(timeout, |r| {
         Tally::of(expected, &order_outputs(r)).missing.is_empty()
     });
-    let records = reader.read_for(Duration::from_secs(3));
-    Tally::of(expected, &order_outputs(records))
+    Tally::of(expected, &order_outputs(reader.read_for(settle)))
 }
 
 /// What each host and the dead-letter topic say, for a failure message: the hosts' counters from

@@ -176,6 +176,13 @@ fn gauge(e: &mut Encoder<'_>, name: &str, help: &str, value: u64) -> fmt::Result
         .encode_gauge(&value)
 }
 
+/// A gauge that carries a fact in one label, always 1.
+fn info(e: &mut Encoder<'_>, name: &str, help: &str, label: (&str, &str)) -> fmt::Result {
+    e.encode_descriptor(name, help, None, MetricType::Gauge)?
+        .encode_family(&[label])?
+        .encode_gauge(&1u64)
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut e: Encoder<'_>) -> fmt::Result {
         let s = &self.0;
@@ -326,24 +333,20 @@ impl Collector for Scrape {
                 .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
         }
         if let Some(protocol) = s.group_protocol {
-            e.encode_descriptor(
+            info(
+                &mut e,
                 "cojoin_group_protocol",
                 "The consumer group protocol this host runs (consumer: KIP-848; classic: eager range), as a label; always 1.",
-                None,
-                MetricType::Gauge,
-            )?
-            .encode_family(&[("protocol", protocol)])?
-            .encode_gauge(&1u64)?;
+                ("protocol", protocol),
+            )?;
         }
         if let Some(member) = &s.member_id {
-            e.encode_descriptor(
+            info(
+                &mut e,
                 "cojoin_group_member",
                 "This host's member id in the consumer group, as a label; always 1.",
-                None,
-                MetricType::Gauge,
-            )?
-            .encode_family(&[("member_id", member.as_str())])?
-            .encode_gauge(&1u64)?;
+                ("member_id", member),
+            )?;
         }
         gauge(
             &mut e,

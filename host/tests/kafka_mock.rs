@@ -242,6 +242,33 @@ fn assert_every_order_reported(outputs: &[(String, String)]) {
     assert!(seen.is_empty(), "unexpected outputs: {seen:?}");
 }
 
+/// Outputs that say "paid".
+fn paid(outputs: &[(String, String)]) -> usize {
+    outputs.iter().filter(|(_, s)| s == "paid").count()
+}
+
+/// Every one of orders 0..200 is among the outputs (duplicates aside).
+fn every_order_in(outputs: &[(String, String)]) -> bool {
+    outputs
+        .iter()
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+        >= 200
+}
+
+/// Orders 0..100, then a host with `config`, running until 75 of them are reported paid; the
+/// producer and the host.
+fn host_on_first_half(
+    bootstrap: &str,
+    config: Config,
+) -> (ThreadedProducer<DefaultProducerContext>, RunningHost) {
+    let p = producer(bootstrap);
+    produce_orders(&p, 0, 100);
+    let host = start_host_config(config);
+    read_outputs(bootstrap, |o| paid(o) >= 75);
+    (p, host)
+}
+
 #[test]
 fn every_match_and_expiry_is_produced_once_across_a_graceful_restart() {
     let (_cluster, bootstrap) = join_cluster();
@@ -251,7 +278,6 @@ fn every_match_and_expiry_is_produced_once_across_a_graceful_restart() {
     // Phase 1: half the stream, then a graceful stop once its payments are matched.
     produce_orders(&p, 0, 100);
     let host = start_host(&bootstrap, &group);
-    let paid = |o: &[(String, String)]| o.iter().filter(|(_, s)| s == "paid").count();
     let t = Instant::now();
     read_outputs(&bootstrap, |o| paid(o) >= 75);
     eprintln!("phase 1 matched in {:?}", t.elapsed());
@@ -263,10 +289,7 @@ fn every_match_and_expiry_is_produced_once_across_a_graceful_restart() {
     let host = start_host(&bootstrap, &group);
     produce_orders(&p, 100, 200);
     produce_ticks(&p);
-    let outputs = read_outputs(&bootstrap, |o| {
-        let distinct: std::collections::HashSet<_> = o.iter().collect();
-        distinct.len() >= 200
-    });
+    let outputs = read_outputs(&bootstrap, every_order_in);
     eprintln!("phase 2 complete in {:?}", t.elapsed());
     // Absence cannot be polled for: a duplicate would come within the next round or two, so
     // the test gives it 2 s before it re-reads.
@@ -389,9 +412,7 @@ fn a_broker_outage_and_failing_requests_lose_no_match_or_expiry() {
 
     produce_orders(&p, 100, 200);
     produce_ticks(&p);
-    let outputs = read_outputs(&bootstrap, |o| {
-        o.iter().collect::<std::collections::HashSet<_>>().len() >= 200
-    });
+    let outputs = read_outputs(&bootstrap, every_order_in);
     host.stop();
 
     assert_every_order_reported(&outputs);
@@ -510,7 +531,6 @@ fn scale_out(bootstrap: &str, group_settings: &str, protocol: &str) -> ScaleOut 
     let p = producer(bootstrap);
     produce_orders(&p, 0, 100);
     let first = start_host_with(bootstrap, &group, group_settings);
-    let paid = |o: &[(String, String)]| o.iter().filter(|(_, s)| s == "paid").count();
     read_outputs(bootstrap, |o| paid(o) >= 75);
     let page = first.metrics.render();
     let running = format!("cojoin_group_protocol{{protocol=\"{protocol}\"}} 1");
@@ -536,10 +556,7 @@ fn scale_out(bootstrap: &str, group_settings: &str, protocol: &str) -> ScaleOut 
     }
     produce_orders(&p, 100, 200);
     produce_ticks(&p);
-    let outputs = read_outputs(bootstrap, |o| {
-        let distinct: std::collections::HashSet<_> = o.iter().collect();
-        distinct.len() >= 200
-    });
+    let outputs = read_outputs(bootstrap, every_order_in);
     assert_every_order_reported(&outputs);
     let page = first.metrics.render();
     second.stop();
@@ -645,9 +662,7 @@ fn a_lone_half_waits_paused_and_its_task_starts_from_its_commit_when_the_pair_co
         .and_then(|rest| rest.split('"').next())
         .unwrap()
         .to_owned();
-    read_outputs(&bootstrap, |o| {
-        o.iter().filter(|(_, s)| s == "paid").count() >= 75
-    });
+    read_outputs(&bootstrap, |o| paid(o) >= 75);
 
     // Orders 100..140 without their payments yet: task 3 holds some of them in its state.
     for i in 100..140 {
@@ -722,10 +737,7 @@ fn a_lone_half_waits_paused_and_its_task_starts_from_its_commit_when_the_pair_co
         "{page}"
     );
     produce_ticks(&p);
-    let outputs = read_outputs(&bootstrap, |o| {
-        let distinct: std::collections::HashSet<_> = o.iter().collect();
-        distinct.len() >= 200
-    });
+    let outputs = read_outputs(&bootstrap, every_order_in);
     host.stop();
     assert_every_order_reported(&outputs);
 }
@@ -741,15 +753,10 @@ fn exactly_once_commits_transactions_and_an_aborted_one_is_replayed_without_loss
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
     let (cluster, bootstrap) = join_cluster();
-    let p = producer(&bootstrap);
-    produce_orders(&p, 0, 100);
-    let host = start_host_config(eos_config(
+    let (p, host) = host_on_first_half(
         &bootstrap,
-        &format!("eos-{}", std::process::id()),
-    ));
-    read_outputs(&bootstrap, |o| {
-        o.iter().filter(|(_, s)| s == "paid").count() >= 75
-    });
+        eos_config(&bootstrap, &format!("eos-{}", std::process::id())),
+    );
     let committed = wait_for_page(&host, "a transaction committed", |page| {
         sample(page, "cojoin_transactions_committed_total").is_some_and(|n| n > 0)
     });
@@ -765,9 +772,7 @@ fn exactly_once_commits_transactions_and_an_aborted_one_is_replayed_without_loss
     );
     produce_orders(&p, 100, 200);
     produce_ticks(&p);
-    let outputs = read_outputs(&bootstrap, |o| {
-        o.iter().collect::<std::collections::HashSet<_>>().len() >= 200
-    });
+    let outputs = read_outputs(&bootstrap, every_order_in);
     let page = wait_for_page(&host, "the transaction aborted", |page| {
         sample(page, "cojoin_transactions_aborted_total") == Some(1)
     });
@@ -796,15 +801,10 @@ fn exactly_once_rides_out_retriable_transaction_errors_and_a_broker_outage_witho
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
     let (cluster, bootstrap) = join_cluster();
-    let p = producer(&bootstrap);
-    produce_orders(&p, 0, 100);
-    let host = start_host_config(eos_config(
+    let (p, host) = host_on_first_half(
         &bootstrap,
-        &format!("eos-faults-{}", std::process::id()),
-    ));
-    read_outputs(&bootstrap, |o| {
-        o.iter().filter(|(_, s)| s == "paid").count() >= 75
-    });
+        eos_config(&bootstrap, &format!("eos-faults-{}", std::process::id())),
+    );
 
     let busy = RDKafkaRespErr::RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS;
     cluster.request_errors(RDKafkaApiKey::AddPartitionsToTxn, &[busy; 3]);
@@ -815,9 +815,7 @@ fn exactly_once_rides_out_retriable_transaction_errors_and_a_broker_outage_witho
     cluster.broker_up(1).unwrap();
     produce_orders(&p, 150, 200);
     produce_ticks(&p);
-    let outputs = read_outputs(&bootstrap, |o| {
-        o.iter().collect::<std::collections::HashSet<_>>().len() >= 200
-    });
+    let outputs = read_outputs(&bootstrap, every_order_in);
     let page = host.metrics.render();
     host.stop();
     assert_every_order_reported(&outputs);
@@ -839,12 +837,7 @@ fn exactly_once_stops_with_the_reason_on_a_fatal_transaction_error_and_a_restart
 
     let (cluster, bootstrap) = join_cluster();
     let group = format!("eos-fatal-{}", std::process::id());
-    let p = producer(&bootstrap);
-    produce_orders(&p, 0, 100);
-    let host = start_host_config(eos_config(&bootstrap, &group));
-    read_outputs(&bootstrap, |o| {
-        o.iter().filter(|(_, s)| s == "paid").count() >= 75
-    });
+    let (p, host) = host_on_first_half(&bootstrap, eos_config(&bootstrap, &group));
     cluster.request_errors(
         RDKafkaApiKey::EndTxn,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE],
@@ -870,9 +863,7 @@ fn exactly_once_stops_with_the_reason_on_a_fatal_transaction_error_and_a_restart
     let host = start_host_config(eos_config(&bootstrap, &group));
     produce_orders(&p, 150, 200);
     produce_ticks(&p);
-    let outputs = read_outputs(&bootstrap, |o| {
-        o.iter().collect::<std::collections::HashSet<_>>().len() >= 200
-    });
+    let outputs = read_outputs(&bootstrap, every_order_in);
     host.stop();
     assert_every_order_reported(&outputs);
 }

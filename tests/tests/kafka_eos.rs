@@ -5,10 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use cojoin_e2e::hosts::{join_config, wait_for_stable_group, HostProcess};
+use cojoin_e2e::hosts::{join_config, wait_for_stable_group};
 use cojoin_e2e::plugin;
 use cojoin_e2e::scenario::{
-    close_windows, join_broker, order_outputs, post_mortem, run_dir, serial, PARTITIONS,
+    close_windows, join_broker, post_mortem, run_dir, serial, start_hosts_with,
+    tally_once_complete, PARTITIONS,
 };
 use cojoin_e2e::stream::{self, Tally};
 
@@ -36,9 +37,7 @@ fn kill_rounds(guarantee: &str) -> Tally {
         "[output]\n",
         &format!("[output]\nguarantee = \"{guarantee}\"\n"),
     );
-    let mut hosts: Vec<HostProcess> = (0..3)
-        .map(|i| HostProcess::start(&dir, &format!("host-{i}"), &config))
-        .collect();
+    let mut hosts = start_hosts_with(&dir, 3, &config);
     wait_for_stable_group(
         &hosts.iter().collect::<Vec<_>>(),
         PARTITIONS,
@@ -79,13 +78,12 @@ fn kill_rounds(guarantee: &str) -> Tally {
     close_windows(&kafka, &producer);
 
     let expected = stream::expected(ORDERS);
-    reader.read_while_not(Duration::from_secs(180), |r| {
-        Tally::of(&expected, &order_outputs(r)).missing.is_empty()
-    });
     // A duplicate would come within a commit interval or two of the last outcome.
-    let tally = Tally::of(
+    let tally = tally_once_complete(
+        &mut reader,
         &expected,
-        &order_outputs(reader.read_for(Duration::from_secs(5))),
+        Duration::from_secs(180),
+        Duration::from_secs(5),
     );
     eprintln!(
         "{guarantee}, {rounds} kill -9 round(s) of 3 hosts: events {}, matches {}, expiries {}, outputs {}, duplicates {}, missing {} ({:?})",
@@ -135,9 +133,7 @@ fn a_zombie_host_continued_after_its_tasks_moved_makes_nothing_visible() {
         "left",
     )
     .replace("[output]\n", "[output]\nguarantee = \"exactly-once\"\n");
-    let mut hosts: Vec<HostProcess> = (0..2)
-        .map(|i| HostProcess::start(&dir, &format!("host-{i}"), &config))
-        .collect();
+    let mut hosts = start_hosts_with(&dir, 2, &config);
     wait_for_stable_group(
         &hosts.iter().collect::<Vec<_>>(),
         PARTITIONS,
@@ -166,12 +162,11 @@ fn a_zombie_host_continued_after_its_tasks_moved_makes_nothing_visible() {
     // (its producer fenced); the outcomes are read until complete either way.
     close_windows(&kafka, &producer);
     let expected = stream::expected(ORDERS);
-    reader.read_while_not(Duration::from_secs(180), |r| {
-        Tally::of(&expected, &order_outputs(r)).missing.is_empty()
-    });
-    let tally = Tally::of(
+    let tally = tally_once_complete(
+        &mut reader,
         &expected,
-        &order_outputs(reader.read_for(Duration::from_secs(5))),
+        Duration::from_secs(180),
+        Duration::from_secs(5),
     );
     let fate = match hosts[0].exited() {
         Some(status) => format!("exited ({status}) after {:?}", t.elapsed()),

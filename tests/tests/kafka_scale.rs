@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use cojoin_e2e::broker::{Kafka, ReadRecord};
 use cojoin_e2e::hosts::{join_config_for, wait_for_stable_group, HostProcess};
 use cojoin_e2e::scenario::{
-    close_windows, join_broker, order_outputs, post_mortem, run_dir, serial, PARTITIONS,
+    close_windows, join_broker, order_outputs, post_mortem, run_dir, serial, start_hosts_with,
+    PARTITIONS,
 };
 use cojoin_e2e::stream::{self, Record, Tally};
 use cojoin_e2e::{http, plugin};
@@ -219,9 +220,7 @@ fn scale(protocol: &str) -> (Figures, Tally) {
         &plugin("order_paid_rust.wasm"),
         "left",
     );
-    let mut hosts: Vec<HostProcess> = (0..2)
-        .map(|i| HostProcess::start(&dir, &format!("host-{i}"), &config))
-        .collect();
+    let mut hosts = start_hosts_with(&dir, 2, &config);
     wait_for_stable_group(
         &hosts.iter().collect::<Vec<_>>(),
         PARTITIONS,
@@ -504,9 +503,7 @@ fn storm(protocol: &str) {
         &plugin("order_paid_rust.wasm"),
         "left",
     );
-    let mut hosts: Vec<HostProcess> = (0..4)
-        .map(|i| HostProcess::start(&dir, &format!("host-{i}"), &config))
-        .collect();
+    let mut hosts = start_hosts_with(&dir, 4, &config);
     let mut running = [true; 4];
     wait_for_stable_group(
         &hosts.iter().collect::<Vec<_>>(),
