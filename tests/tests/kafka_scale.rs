@@ -65,6 +65,21 @@ fn produce_paced(
     })
 }
 
+/// A fresh broker with the join's topics, and the left join of orders and payments with the Rust
+/// plugin under `protocol`, for test `test` (its directory, group and config).
+fn broker_and_join(test: &str, protocol: &str) -> (std::path::PathBuf, Kafka, String) {
+    let dir = run_dir(test);
+    let kafka = join_broker(&dir);
+    let config = join_config_for(
+        protocol,
+        &kafka.bootstrap,
+        test,
+        &plugin("order_paid_rust.wasm"),
+        "left",
+    );
+    (dir, kafka, config)
+}
+
 /// Reads the output topic on its own thread, so that arrival times are not bunched by the test's
 /// waits.
 struct Outputs {
@@ -211,15 +226,7 @@ struct Figures {
 fn scale(protocol: &str) -> (Figures, Tally) {
     let test = format!("scale_{protocol}");
     let _serial = serial();
-    let dir = run_dir(&test);
-    let kafka = join_broker(&dir);
-    let config = join_config_for(
-        protocol,
-        &kafka.bootstrap,
-        &test,
-        &plugin("order_paid_rust.wasm"),
-        "left",
-    );
+    let (dir, kafka, config) = broker_and_join(&test, protocol);
     let mut hosts = start_hosts_with(&dir, 2, &config);
     wait_for_stable_group(
         &hosts.iter().collect::<Vec<_>>(),
@@ -388,15 +395,7 @@ fn scaling_out_and_in_under_the_classic_protocol_loses_nothing() {
 fn static_restart(protocol: &str) {
     let test = format!("static_{protocol}");
     let _serial = serial();
-    let dir = run_dir(&test);
-    let kafka = join_broker(&dir);
-    let base = join_config_for(
-        protocol,
-        &kafka.bootstrap,
-        &test,
-        &plugin("order_paid_rust.wasm"),
-        "left",
-    );
+    let (dir, kafka, base) = broker_and_join(&test, protocol);
     let config = |name: &str| {
         base.replace(
             "group_protocol",
@@ -494,15 +493,7 @@ fn a_static_member_restarted_within_the_session_timeout_moves_nothing_under_the_
 fn storm(protocol: &str) {
     let test = format!("storm_{protocol}");
     let _serial = serial();
-    let dir = run_dir(&test);
-    let kafka = join_broker(&dir);
-    let config = join_config_for(
-        protocol,
-        &kafka.bootstrap,
-        &test,
-        &plugin("order_paid_rust.wasm"),
-        "left",
-    );
+    let (dir, kafka, config) = broker_and_join(&test, protocol);
     let mut hosts = start_hosts_with(&dir, 4, &config);
     let mut running = [true; 4];
     wait_for_stable_group(
@@ -600,22 +591,15 @@ fn a_rebalance_storm_under_the_classic_protocol_loses_nothing() {
 fn latency(guarantee: &str) -> (Duration, Duration, usize) {
     let test = format!("latency_{guarantee}");
     let _serial = serial();
-    let dir = run_dir(&test);
-    let kafka = join_broker(&dir);
-    let config = join_config_for(
-        "consumer",
-        &kafka.bootstrap,
-        &test,
-        &plugin("order_paid_rust.wasm"),
-        "left",
-    )
-    .replace(
-        "[output]\n",
-        &format!("[output]\nguarantee = \"{guarantee}\"\n"),
-    )
-    // The default idle wait, not the tests' 1 s: a task waits up to max_idle for a partition
-    // known to have unfetched records, and that wait is the latency's tail.
-    .replace("max_idle = \"1s\"", "max_idle = \"100ms\"");
+    let (dir, kafka, config) = broker_and_join(&test, "consumer");
+    let config = config
+        .replace(
+            "[output]\n",
+            &format!("[output]\nguarantee = \"{guarantee}\"\n"),
+        )
+        // The default idle wait, not the tests' 1 s: a task waits up to max_idle for a partition
+        // known to have unfetched records, and that wait is the latency's tail.
+        .replace("max_idle = \"1s\"", "max_idle = \"100ms\"");
     let host = HostProcess::start(&dir, "host-0", &config);
     wait_for_stable_group(&[&host], PARTITIONS, Duration::from_secs(90));
     let outputs = Outputs::start(&kafka);
