@@ -25,6 +25,13 @@
 //! topic = "orders-paid"
 //! dead_letter_topic = "orders-payments-dlq"
 //! # allowed_topics = ["audit"]        # other topics a plugin record may name (default: any but the inputs)
+//!
+//! [memory]
+//! # queue_bytes = "64MiB"             # records consumed, not yet joined (partitions pause beyond)
+//! # state_bytes = "1GiB"              # join state in RAM; beyond it, oldest events go to state.dir
+//!
+//! [state]
+//! # dir = "/var/lib/cojoin"           # spilled join state (a cache; default: the system temp dir)
 //! ```
 
 use std::collections::BTreeMap;
@@ -65,6 +72,62 @@ pub struct Config {
     /// Admin HTTP server. Default: on, loopback, port 9464.
     #[serde(default)]
     pub admin: AdminConfig,
+    /// What the host may hold in memory of the records it reads.
+    #[serde(default)]
+    pub memory: MemoryConfig,
+    /// Where join state beyond `memory.state_bytes` goes.
+    #[serde(default)]
+    pub state: StateConfig,
+}
+
+/// Memory budgets, per host, over all its tasks. The host's fixed overhead (plugin instances,
+/// librdkafka, code) comes on top; README "Memory" gives it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Records consumed but not processed yet, librdkafka's prefetch included. A task whose
+    /// queue passes its share has its partitions paused until it drains. Default `"64MiB"`.
+    #[serde(default = "default_queue_bytes", with = "byte_size")]
+    pub queue_bytes: u64,
+    /// Join state kept in RAM; beyond it the oldest events move to files under `state.dir` and are
+    /// read back when probed or expired. Default `"1GiB"`.
+    #[serde(default = "default_state_bytes", with = "byte_size")]
+    pub state_bytes: u64,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            queue_bytes: default_queue_bytes(),
+            state_bytes: default_state_bytes(),
+        }
+    }
+}
+
+fn default_queue_bytes() -> u64 {
+    64 << 20
+}
+fn default_state_bytes() -> u64 {
+    1 << 30
+}
+/// Below this a budget cannot hold a few ordinary records per partition.
+const MIN_BUDGET: u64 = 4 << 20;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    /// Directory for spilled join state (a cache: state is rebuilt from Kafka on restart).
+    /// Default: `cojoin-state` in the system temp dir.
+    #[serde(default)]
+    pub dir: Option<PathBuf>,
+}
+
+impl StateConfig {
+    pub fn dir(&self) -> PathBuf {
+        self.dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("cojoin-state"))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -539,6 +602,18 @@ impl Config {
                 "give the time between commits, e.g. \"100ms\" or \"1s\"",
             );
         }
+        for (field, bytes) in [
+            ("memory.queue_bytes", self.memory.queue_bytes),
+            ("memory.state_bytes", self.memory.state_bytes),
+        ] {
+            if bytes < MIN_BUDGET {
+                return invalid(
+                    field,
+                    &format!("is {bytes} bytes, below the 4 MiB a host needs to hold a few records per partition"),
+                    "give at least \"4MiB\" (e.g. \"64MiB\")",
+                );
+            }
+        }
         if self.output.guarantee == Guarantee::ExactlyOnce {
             if let Some(set) = ["transactional.id", "enable.idempotence", "isolation.level"]
                 .iter()
@@ -552,6 +627,55 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// Byte sizes as a number of bytes or as text: `"64MiB"`, `"1GiB"`, `"512KiB"`, `"1000000"`
+/// (`KB`, `MB`, `GB` are taken as the binary units too: a budget, not a disk label).
+mod byte_size {
+    use serde::{Deserialize, Deserializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given {
+        Number(u64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        match Given::deserialize(d)? {
+            Given::Number(n) => Ok(n),
+            Given::Text(text) => parse(&text).map_err(serde::de::Error::custom),
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<u64, String> {
+        let bad = || {
+            format!("{text:?} is not a size: write e.g. \"64MiB\", \"1GiB\" or a number of bytes")
+        };
+        let t = text.trim();
+        let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let n: u64 = t[..digits].parse().map_err(|_| bad())?;
+        let shift = match t[digits..].trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 0,
+            "k" | "kb" | "kib" => 10,
+            "m" | "mb" | "mib" => 20,
+            "g" | "gb" | "gib" => 30,
+            _ => return Err(bad()),
+        };
+        n.checked_mul(1 << shift).ok_or_else(bad)
+    }
+
+    #[cfg(test)]
+    #[test]
+    fn sizes_parse_and_nonsense_is_refused() {
+        assert_eq!(parse("64MiB"), Ok(64 << 20));
+        assert_eq!(parse("1 GiB"), Ok(1 << 30));
+        assert_eq!(parse("512kb"), Ok(512 << 10));
+        assert_eq!(parse("1000"), Ok(1000));
+        for nonsense in ["", "MiB", "1.5GiB", "-1", "64 parsecs", "99999999999999GiB"] {
+            assert!(parse(nonsense).is_err(), "{nonsense:?} was accepted");
+        }
     }
 }
 
@@ -668,6 +792,30 @@ mod tests {
         assert!(c.plugin.workers() >= 1, "one per core");
         assert!(c.admin.enabled);
         assert_eq!(c.admin.bind, "127.0.0.1:9464");
+        assert_eq!(c.memory.queue_bytes, 64 << 20);
+        assert_eq!(c.memory.state_bytes, 1 << 30);
+        assert_eq!(c.state.dir(), std::env::temp_dir().join("cojoin-state"));
+    }
+
+    #[test]
+    fn memory_budgets_take_units_and_a_tiny_one_is_refused_by_name() {
+        let with = |memory: &str| format!("{MINIMAL}\n[memory]\n{memory}\n");
+        let c = Config::parse(&with("queue_bytes = \"16MiB\"\nstate_bytes = 268435456")).unwrap();
+        assert_eq!(
+            (c.memory.queue_bytes, c.memory.state_bytes),
+            (16 << 20, 256 << 20)
+        );
+        let err = Config::parse(&with("state_bytes = \"1KiB\""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("memory.state_bytes") && err.contains("4MiB"),
+            "{err}"
+        );
+        let err = Config::parse(&with("queue_bytes = \"lots\""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("lots") && err.contains("64MiB"), "{err}");
     }
 
     #[test]

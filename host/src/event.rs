@@ -53,6 +53,23 @@ impl Event {
     pub fn key_bytes(&self) -> &[u8] {
         self.key.as_deref().unwrap_or_default()
     }
+
+    /// Bytes this event takes in memory: the struct, its key, value and headers, and an
+    /// allocator's ~16 bytes per allocation. What the task queues count against
+    /// `memory.queue_bytes`.
+    pub fn footprint(&self) -> usize {
+        const PER_ALLOCATION: usize = 16;
+        let boxed = |len: usize| if len == 0 { 0 } else { len + PER_ALLOCATION };
+        std::mem::size_of::<Event>()
+            + boxed(self.key.as_ref().map_or(0, |k| k.len()))
+            + boxed(self.value.as_ref().map_or(0, |v| v.len()))
+            + boxed(self.headers.len() * std::mem::size_of::<Header>())
+            + self
+                .headers
+                .iter()
+                .map(|h| boxed(h.key.len()) + boxed(h.value.as_ref().map_or(0, Vec::len)))
+                .sum::<usize>()
+    }
 }
 
 /// A record a plugin returned, to be produced by the host.

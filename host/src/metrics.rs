@@ -84,6 +84,13 @@ impl CallStats {
 pub struct TaskGauges {
     pub events: usize,
     pub bytes: usize,
+    /// Of the join state: segment bytes in RAM and spilled to disk.
+    pub ram_bytes: usize,
+    pub disk_bytes: usize,
+    /// Bytes of records queued, and partitions paused for backpressure.
+    pub queued_bytes: usize,
+    pub queued_peak_bytes: usize,
+    pub paused: usize,
     /// Records behind the high watermark, per side (left, right), when known.
     pub lag: [Option<i64>; 2],
 }
@@ -176,6 +183,9 @@ fn gauge(e: &mut Encoder<'_>, name: &str, help: &str, value: u64) -> fmt::Result
         .encode_gauge(&value)
 }
 
+/// A gauge family by task: name, help, and the value of a task's gauges.
+type PerTask = (&'static str, &'static str, fn(&TaskGauges) -> u64);
+
 /// A gauge that carries a fact in one label, always 1.
 fn info(e: &mut Encoder<'_>, name: &str, help: &str, label: (&str, &str)) -> fmt::Result {
     e.encode_descriptor(name, help, None, MetricType::Gauge)?
@@ -231,6 +241,21 @@ impl Collector for Scrape {
                 "cojoin_replay_suppressed",
                 "Outcomes not acted on again after a restart (a previous owner had).",
                 c.suppressed,
+            ),
+            (
+                "cojoin_backpressure_pauses",
+                "Times a partition was paused because its task's queue passed its share of memory.queue_bytes.",
+                c.pauses,
+            ),
+            (
+                "cojoin_state_spilled_bytes",
+                "Bytes of join state moved from RAM to files under state.dir (memory.state_bytes).",
+                c.spilled_bytes,
+            ),
+            (
+                "cojoin_state_read_back_bytes",
+                "Bytes of spilled join state read back from disk (probes and expiries).",
+                c.read_back_bytes,
             ),
             (
                 "cojoin_records_produced",
@@ -360,30 +385,53 @@ impl Collector for Scrape {
             "Tasks (partition numbers) held.",
             s.tasks.len() as u64,
         )?;
-        let mut events = e.encode_descriptor(
-            "cojoin_state_events",
-            "Events held in join state, per task.",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (p, t) in &s.tasks {
-            let task = p.to_string();
-            events
-                .encode_family(&[("task", task.as_str())])?
-                .encode_gauge(&(t.events as u64))?;
+        let per_task: [PerTask; 6] = [
+            (
+                "cojoin_state_events",
+                "Events held in join state, per task.",
+                |t| t.events as u64,
+            ),
+            (
+                "cojoin_state_bytes",
+                "Bytes held in join state (in RAM and on disk), per task.",
+                |t| t.bytes as u64,
+            ),
+            (
+                "cojoin_state_ram_bytes",
+                "Bytes of join state segments in RAM, per task (memory.state_bytes bounds their sum).",
+                |t| t.ram_bytes as u64,
+            ),
+            (
+                "cojoin_state_disk_bytes",
+                "Bytes of join state spilled to files under state.dir, per task.",
+                |t| t.disk_bytes as u64,
+            ),
+            (
+                "cojoin_queue_bytes",
+                "Bytes of records consumed and not processed yet, per task (memory.queue_bytes bounds their sum).",
+                |t| t.queued_bytes as u64,
+            ),
+            (
+                "cojoin_queue_peak_bytes",
+                "The most bytes of records a task's queue held at once since it started.",
+                |t| t.queued_peak_bytes as u64,
+            ),
+        ];
+        for (name, help, value) in per_task {
+            let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (p, t) in &s.tasks {
+                let task = p.to_string();
+                family
+                    .encode_family(&[("task", task.as_str())])?
+                    .encode_gauge(&value(t))?;
+            }
         }
-        let mut bytes = e.encode_descriptor(
-            "cojoin_state_bytes",
-            "Bytes held in join state, per task.",
-            None,
-            MetricType::Gauge,
+        gauge(
+            &mut e,
+            "cojoin_paused_partitions",
+            "Partitions paused because their task's queue passed its share of memory.queue_bytes.",
+            s.tasks.values().map(|t| t.paused as u64).sum(),
         )?;
-        for (p, t) in &s.tasks {
-            let task = p.to_string();
-            bytes
-                .encode_family(&[("task", task.as_str())])?
-                .encode_gauge(&(t.bytes as u64))?;
-        }
         let mut lag = e.encode_descriptor(
             "cojoin_consumer_lag",
             "Records behind the high watermark, per task and side.",
@@ -489,7 +537,10 @@ mod tests {
             TaskGauges {
                 events: 4,
                 bytes: 400,
+                queued_bytes: 1_000,
+                paused: 1,
                 lag: [Some(5), None],
+                ..TaskGauges::default()
             },
         );
         let mut stats = CallStats::default();
@@ -503,6 +554,8 @@ mod tests {
             "cojoin_assigned_tasks 1",
             "cojoin_state_events{task=\"2\"} 4",
             "cojoin_state_bytes{task=\"2\"} 400",
+            "cojoin_queue_bytes{task=\"2\"} 1000",
+            "cojoin_paused_partitions 1",
             "cojoin_consumer_lag{task=\"2\",side=\"left\"} 5",
             "cojoin_plugin_call_seconds_bucket{le=\"0.000005\",plugin=\"odd\\\"name@abc\"} 1",
             "cojoin_plugin_call_seconds_bucket{le=\"0.00005\",plugin=\"odd\\\"name@abc\"} 2",

@@ -16,6 +16,7 @@
 
 use std::fmt::Display;
 
+use crate::event::Side;
 use crate::join::CommitPoint;
 use crate::metrics::Metrics;
 
@@ -66,6 +67,23 @@ pub enum Happened<'a> {
     },
     TaskRevoked {
         task: i32,
+    },
+    /// A task's queue for one side passed its share of `memory.queue_bytes`: that partition is
+    /// paused until the queue drains. Frequent under a backlog, so logged at debug; the task
+    /// counts it (`cojoin_backpressure_pauses_total`).
+    QueueFull {
+        task: i32,
+        side: Side,
+        queued: usize,
+        high: usize,
+    },
+    /// A record larger than a task side's whole queue share (said once per host).
+    LargeRecord {
+        topic: &'a str,
+        partition: i32,
+        offset: i64,
+        bytes: usize,
+        share: usize,
     },
     /// A task stopped under `plugin.failure = "halt"`; its partitions are paused.
     TaskHalted {
@@ -188,6 +206,28 @@ impl Happened<'_> {
             } => {
                 metrics.update(|m| m.tasks_halted += 1);
                 tracing::error!(target: "cojoin::report", task, "{reason}; pausing partition {task} of {left} and {right}");
+            }
+            QueueFull {
+                task,
+                side,
+                queued,
+                high,
+            } => {
+                tracing::debug!(target: "cojoin::report", task, ?side, queued, high,
+                    "queue full: pausing this side's partition until the task drains it");
+            }
+            LargeRecord {
+                topic,
+                partition,
+                offset,
+                bytes,
+                share,
+            } => {
+                tracing::warn!(target: "cojoin::report",
+                    "record {topic}-{partition}@{offset} takes {bytes} bytes, more than a task side's \
+                     queue share of {share} bytes (memory.queue_bytes, a quarter kept for prefetch, \
+                     over tasks and sides): its partition pauses after every such record; raise \
+                     memory.queue_bytes");
             }
             LeftGroup => tracing::info!(target: "cojoin::report", "left the group"),
             Committed {

@@ -483,6 +483,70 @@ fn the_counts_of_a_known_run_match_what_reached_the_topics() {
     assert_eq!(outputs.len(), 40, "{outputs:?}");
 }
 
+#[test]
+fn a_backlog_larger_than_memory_queue_bytes_is_paused_and_resumed_without_loss() {
+    let (_cluster, bootstrap) = join_cluster();
+    let p = producer(&bootstrap);
+    // 1,200 orders and 900 payments of ~8 KiB each (~17 MB) before the host starts, against a
+    // 4 MiB budget: 1 MiB for librdkafka's prefetch, 3 MiB over 4 tasks and 2 sides, 384 KiB per
+    // side. The bulk is in a header, which the plugin does not copy into its outputs (the mock
+    // broker keeps 5 MB per partition).
+    let pad = vec![b'x'; 8 * 1024];
+    let send_padded = |topic: &str, key: &str, value: &str, ts: i64| {
+        let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+            key: "pad",
+            value: Some(&pad),
+        });
+        let record = BaseRecord::to(topic)
+            .key(key)
+            .payload(value)
+            .timestamp(ts)
+            .headers(headers);
+        p.send(record).map_err(|(e, _)| e).unwrap();
+    };
+    for i in 0..1_200i64 {
+        let key = format!("order-{i}");
+        let ts = BASE_TS + i * 1000;
+        send_padded("orders", &key, &format!("{{\"n\":{i}}}"), ts);
+        if i % 4 != 0 {
+            send_padded("payments", &key, &format!("{{\"for\":{i}}}"), ts + 2000);
+        }
+    }
+    produce_ticks(&p);
+    let mut cfg = config(
+        &bootstrap,
+        &format!("backlog-{}", std::process::id()),
+        CLASSIC,
+    );
+    cfg.memory.queue_bytes = 4 << 20;
+    let host = start_host_config(cfg);
+    let outputs = read_outputs(&bootstrap, |o| o.len() >= 1_200);
+    let page = wait_for_page(&host, "every output acknowledged", |page| {
+        sample(page, "cojoin_outputs_produced_total") == Some(1_200)
+    });
+    host.stop();
+    let distinct: std::collections::HashSet<_> = outputs.iter().map(|(o, _)| o).collect();
+    assert_eq!(
+        (outputs.len(), distinct.len(), paid(&outputs)),
+        (1_200, 1_200, 900)
+    );
+    let pauses = sample(&page, "cojoin_backpressure_pauses_total").unwrap();
+    assert!(pauses > 0, "the backlog never filled a queue:\n{page}");
+    // A side pauses on the record that takes it past 384 KiB: no queue ever held more than
+    // 2 x (384 KiB + one record).
+    let bound = 2 * (384 * 1024 + 9 * 1024);
+    let peaks: Vec<u64> = page
+        .lines()
+        .filter(|l| l.starts_with("cojoin_queue_peak_bytes{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(peaks.len(), PARTITIONS as usize, "{page}");
+    assert!(
+        peaks.iter().all(|&peak| peak > 0 && peak <= bound),
+        "queue peaks {peaks:?} past {bound}"
+    );
+}
+
 /// A mock cluster like [`join_cluster`]'s whose KIP-848 coordinator asks for a heartbeat every
 /// 200 ms (the mock's default is 3 s, so every partition move would take seconds). rdkafka's
 /// `MockCluster` keeps its handle private, so the cluster is made through a client's

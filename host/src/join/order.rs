@@ -10,6 +10,10 @@
 //! going on would make them look late. That wait is bounded too ([`BACKLOG_WAIT_MS`]), in case the
 //! end offset counts records that never arrive (transaction markers).
 //!
+//! A side paused for backpressure (its queue passed its share of `memory.queue_bytes`) is not an
+//! empty side: its records are on the broker, and going on with the other side would make them
+//! late. The task waits for it, with no idle timeout, until the I/O layer resumes it.
+//!
 //! After a restart, records up to each partition's processed-through offset rebuild the state
 //! ("replay"). All replay records of both partitions are taken before any new record, so the stream
 //! time at the end of replay is the one the previous owner had reached, which is what makes
@@ -39,6 +43,8 @@ pub enum Admission {
 struct Queued {
     event: Event,
     admission: Admission,
+    /// The event's [`Event::footprint`], counted when pushed.
+    bytes: usize,
 }
 
 /// What the queue knows of a partition's end on the broker.
@@ -68,6 +74,12 @@ pub struct TaskQueue {
     /// Per side: the next offset at which waiting for the backlog was given up; the backlog is
     /// ignored until that side moves on.
     backlog_given_up_at: [Option<i64>; 2],
+    /// Per side: bytes of the queued events.
+    bytes: [usize; 2],
+    /// Per side: fetching is paused for backpressure.
+    paused: [bool; 2],
+    /// The most bytes both sides held at once.
+    peak_bytes: usize,
 }
 
 fn ix(side: Side) -> usize {
@@ -89,7 +101,29 @@ impl TaskQueue {
             end_offset: [EndOffset::Untracked; 2],
             end_floor: [0; 2],
             backlog_given_up_at: [None, None],
+            bytes: [0; 2],
+            paused: [false; 2],
+            peak_bytes: 0,
         }
+    }
+
+    /// Bytes of `side`'s queued events ([`Event::footprint`]).
+    pub fn bytes(&self, side: Side) -> usize {
+        self.bytes[ix(side)]
+    }
+
+    /// Marks `side` as paused for backpressure, or not: an empty paused side is waited for.
+    pub fn set_paused(&mut self, side: Side, paused: bool) {
+        self.paused[ix(side)] = paused;
+    }
+
+    /// The most bytes both sides held at once so far.
+    pub fn peak_bytes(&self) -> usize {
+        self.peak_bytes
+    }
+
+    pub fn is_paused(&self, side: Side) -> bool {
+        self.paused[ix(side)]
     }
 
     /// Declares that records of `side` up to `offset` (inclusive) were processed by a previous
@@ -140,7 +174,14 @@ impl TaskQueue {
     /// Buffers a record; [`TaskQueue::next_record`] hands it back with its admission.
     pub fn push_admitted(&mut self, side: Side, event: Event, admission: Admission) {
         self.next_offset[ix(side)] = Some(event.offset + 1);
-        self.queue(side).push_back(Queued { event, admission });
+        let bytes = event.footprint();
+        self.bytes[ix(side)] += bytes;
+        self.peak_bytes = self.peak_bytes.max(self.bytes[0] + self.bytes[1]);
+        self.queue(side).push_back(Queued {
+            event,
+            admission,
+            bytes,
+        });
     }
 
     pub fn len(&self) -> usize {
@@ -198,6 +239,7 @@ impl TaskQueue {
             .queue(side)
             .pop_front()
             .expect("chosen side is non-empty");
+        self.bytes[ix(side)] -= q.bytes;
         Some((side, q.event, q.admission))
     }
 
@@ -239,6 +281,11 @@ impl TaskQueue {
                 } else {
                     (Side::Left, Side::Right)
                 };
+                if self.paused[ix(empty)] {
+                    // Its records are on the broker, not absent: wait, without a timeout.
+                    self.idle_since = None;
+                    return None;
+                }
                 let waited = now_ms - *self.idle_since.get_or_insert(now_ms);
                 if self.has_backlog(empty) {
                     if waited < BACKLOG_WAIT_MS.max(self.max_idle_ms) {
@@ -314,6 +361,45 @@ mod tests {
         // The ordinary record waits for the empty side as usual.
         assert!(q.next_record(999).is_none());
         assert_eq!(q.next_record(1_000).map(|(_, e, _)| e.offset), Some(1));
+    }
+
+    #[test]
+    fn a_side_paused_for_backpressure_is_waited_for_however_long_it_takes() {
+        let mut q = TaskQueue::new(100);
+        q.push(Side::Left, ev(0, 10));
+        q.push(Side::Right, ev(0, 20));
+        q.set_paused(Side::Right, true);
+        assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+        q.push(Side::Left, ev(1, 30));
+        assert_eq!(
+            q.next(0).map(|(s, e)| (s, e.offset)),
+            Some((Side::Right, 0))
+        );
+        // The right side ran dry while paused: its next records are on the broker.
+        assert!(q.next(0).is_none());
+        assert!(
+            q.next(1_000_000).is_none(),
+            "max idle must not apply to a paused side"
+        );
+        // Resumed: it is an ordinary empty side again (max idle from now).
+        q.set_paused(Side::Right, false);
+        assert!(q.next(1_000_001).is_none());
+        assert_eq!(q.next(1_000_101).map(|(_, e)| e.offset), Some(1));
+    }
+
+    #[test]
+    fn queued_bytes_follow_pushes_and_takes() {
+        let mut q = TaskQueue::new(0);
+        let (a, b) = (ev(0, 10), ev(1, 20));
+        let (fa, fb) = (a.footprint(), b.footprint());
+        q.push(Side::Left, a);
+        q.push(Side::Left, b);
+        assert_eq!(q.bytes(Side::Left), fa + fb);
+        assert_eq!(q.bytes(Side::Right), 0);
+        q.next(0).unwrap();
+        assert_eq!(q.bytes(Side::Left), fb);
+        q.next(0).unwrap();
+        assert_eq!(q.bytes(Side::Left), 0);
     }
 
     fn ev(offset: i64, ts: i64) -> Event {

@@ -104,8 +104,8 @@ pub fn base(kafka: &KafkaConfig) -> ClientConfig {
 }
 
 /// The consumer of the joined topics: cojoin's settings, then the consumer's `kafka.options`
-/// (which win).
-pub fn consumer(kafka: &KafkaConfig, protocol: Protocol) -> ClientConfig {
+/// (which win). `prefetch_bytes` bounds what librdkafka fetches ahead of the tasks.
+pub fn consumer(kafka: &KafkaConfig, protocol: Protocol, prefetch_bytes: u64) -> ClientConfig {
     let mut c = base(kafka);
     match protocol {
         Protocol::Classic => c.set("partition.assignment.strategy", "range"),
@@ -122,7 +122,13 @@ pub fn consumer(kafka: &KafkaConfig, protocol: Protocol) -> ClientConfig {
         // librdkafka pauses a partition's fetching for this long once its local queue is full
         // (default 1 s); with a slow plugin the queue then ran dry while waiting: 84k → 95k
         // records/s with the Python plugin (BENCHMARKS.md).
-        .set("fetch.queue.backoff.ms", "20");
+        .set("fetch.queue.backoff.ms", "20")
+        // Part of memory.queue_bytes (task/backpressure.rs). librdkafka caps fetch.max.bytes by
+        // it too (at least message.max.bytes); its default is 64 MiB on top of any budget.
+        .set(
+            "queued.max.messages.kbytes",
+            (prefetch_bytes / 1024).clamp(1024, 2_097_151).to_string(),
+        );
     if let Some(id) = &kafka.instance_id {
         c.set("group.instance.id", id);
     }
@@ -190,7 +196,7 @@ mod tests {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect(),
         };
-        let c = consumer(&kafka, Protocol::Classic);
+        let c = consumer(&kafka, Protocol::Classic, 16 << 20);
         let p = producer(&kafka);
         assert_eq!(c.get("session.timeout.ms"), Some("6000"));
         assert_eq!(p.get("session.timeout.ms"), None);
@@ -223,12 +229,12 @@ mod tests {
             group_protocol: Default::default(),
             options: Default::default(),
         };
-        let c = consumer(&kafka, Protocol::Consumer);
+        let c = consumer(&kafka, Protocol::Consumer, 16 << 20);
         assert_eq!(c.get("group.protocol"), Some("consumer"));
         assert_eq!(c.get("group.remote.assignor"), Some("range"));
         assert_eq!(c.get("partition.assignment.strategy"), None);
         assert_eq!(c.get("group.instance.id"), Some("host-1"));
-        let classic = consumer(&kafka, Protocol::Classic);
+        let classic = consumer(&kafka, Protocol::Classic, 16 << 20);
         assert_eq!(classic.get("partition.assignment.strategy"), Some("range"));
         assert_eq!(classic.get("group.protocol"), None);
     }

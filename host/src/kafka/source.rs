@@ -7,7 +7,7 @@
 //! last published points of the revoked partitions before those go, so the next owner starts
 //! where this one stopped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -159,6 +159,12 @@ impl ConsumerContext for RebalanceContext {
     }
 }
 
+fn lock_paused(
+    paused: &Mutex<HashSet<(Side, i32)>>,
+) -> std::sync::MutexGuard<'_, HashSet<(Side, i32)>> {
+    paused.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
     shared.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -199,6 +205,11 @@ pub struct Source {
     transactions: Option<Arc<Transactions>>,
     /// Every event of a topic shares its name: no allocation of a topic string per record.
     topics: [Arc<str>; 2],
+    /// Partitions this host paused (halted task, lone half, backpressure). librdkafka keeps a
+    /// partition's pause across a revoke and a later assignment, and resuming a partition that is
+    /// not paused restarts its fetch from a stale position: so pauses are tracked here, a task
+    /// starting on a partition paused earlier seeks and resumes it, and only paused ones resume.
+    paused: Mutex<HashSet<(Side, i32)>>,
 }
 
 impl Source {
@@ -227,6 +238,7 @@ impl Source {
             metrics,
             topics,
             transactions,
+            paused: Mutex::default(),
         })
     }
 
@@ -443,23 +455,45 @@ impl Source {
 
     /// Stops fetching partition p of both topics (a halted task).
     pub fn pause(&self, p: i32) -> Result<()> {
-        let mut tpl = TopicPartitionList::new();
-        for topic in &self.topics {
-            tpl.add_partition(topic, p);
+        for side in [Side::Left, Side::Right] {
+            self.pause_side(side, p, "a halted task")?;
         }
-        self.consumer.pause(&tpl).context("pausing a halted task")
+        Ok(())
     }
 
     /// Stops fetching one partition: a half whose pair this host does not hold.
     pub fn pause_half(&self, side: Side, p: i32) -> Result<()> {
+        self.pause_side(side, p, "until its pair comes")
+    }
+
+    /// Stops fetching one partition; `why` goes into the error.
+    pub fn pause_side(&self, side: Side, p: i32, why: &str) -> Result<()> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&self.topics[side as usize], p);
-        self.consumer.pause(&tpl).with_context(|| {
-            format!(
-                "pausing {}-{p} until its pair comes",
-                self.topics[side as usize]
-            )
-        })
+        self.consumer
+            .pause(&tpl)
+            .with_context(|| format!("pausing {}-{p} ({why})", self.topics[side as usize]))?;
+        lock_paused(&self.paused).insert((side, p));
+        Ok(())
+    }
+
+    /// Fetches a partition paused by [`Source::pause_side`] again, from the next record not yet
+    /// polled (librdkafka resumes there). One not paused is left alone.
+    pub fn resume_side(&self, side: Side, p: i32) -> Result<()> {
+        if !lock_paused(&self.paused).remove(&(side, p)) {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.topics[side as usize], p);
+        self.consumer
+            .resume(&tpl)
+            .with_context(|| format!("resuming {}-{p}", self.topics[side as usize]))
+    }
+
+    /// Whether either partition of task p is paused (since an earlier assignment, maybe).
+    pub fn is_paused(&self, p: i32) -> bool {
+        let paused = lock_paused(&self.paused);
+        paused.contains(&(Side::Left, p)) || paused.contains(&(Side::Right, p))
     }
 
     /// Moves partition p of both topics back to where task p starts and fetches them: what was
@@ -481,7 +515,11 @@ impl Source {
         }
         self.consumer
             .resume(&tpl)
-            .with_context(|| format!("resuming task {p}"))
+            .with_context(|| format!("resuming task {p}"))?;
+        let mut paused = lock_paused(&self.paused);
+        paused.remove(&(Side::Left, p));
+        paused.remove(&(Side::Right, p));
+        Ok(())
     }
 
     /// Records what task p would commit now for the left and the right partition; the next

@@ -33,12 +33,13 @@ use crate::join::CommitPoint;
 use crate::kafka::pairing::Pairing;
 use crate::kafka::protocol::{self, Protocol};
 use crate::kafka::sink::{Acknowledged, Delivered, Sink};
-use crate::kafka::source::Source;
+use crate::kafka::source::{Record, Source};
 use crate::kafka::transaction::{self, Outcome};
 use crate::kafka::{assignment, client};
 use crate::metrics::{Metrics, TaskGauges};
 use crate::plugin::PluginRegistry;
 use crate::report::Happened;
+use crate::task::backpressure::{self, QueueMarks};
 use crate::task::{pool, PartitionTask, TaskCounters, TaskPolicy};
 use action::MeteredAction;
 
@@ -70,6 +71,16 @@ struct Running {
     /// Tasks already reported as waiting for their pair.
     waiting_reported: BTreeSet<i32>,
     policy: TaskPolicy,
+    /// `memory.queue_bytes`, shared by the tasks held (task/backpressure.rs).
+    queue_bytes: u64,
+    /// A record larger than a task side's queue share was reported (once per host).
+    large_record_reported: bool,
+}
+
+impl Running {
+    fn marks(&self) -> QueueMarks {
+        QueueMarks::new(self.queue_bytes, self.tasks.len())
+    }
 }
 
 /// A task starting at its committed points.
@@ -137,7 +148,11 @@ impl Host {
             transactional_id.as_deref(),
         )?;
         let source = Source::new(
-            &client::consumer(&cfg.kafka, protocol),
+            &client::consumer(
+                &cfg.kafka,
+                protocol,
+                backpressure::prefetch_bytes(cfg.memory.queue_bytes),
+            ),
             left,
             right,
             self.metrics.clone(),
@@ -165,6 +180,8 @@ impl Host {
             pairing: Pairing::new(protocol == Protocol::Classic),
             waiting_reported: BTreeSet::new(),
             policy: policy.clone(),
+            queue_bytes: cfg.memory.queue_bytes,
+            large_record_reported: false,
         };
         let started = Instant::now();
         let (mut last_lag, mut last_commit) = (started - LAG_INTERVAL, started);
@@ -176,9 +193,7 @@ impl Host {
                 self.apply_rebalance(&source, &policy, &mut run)?;
                 let Some(record) = record else { break };
                 run.consumed[record.side as usize] += 1;
-                if let Some(task) = run.tasks.get_mut(&record.event.partition) {
-                    task.push(record.side, record.event);
-                }
+                self.queue(&source, &mut run, record)?;
             }
             self.round(&source, &mut sink, &mut workers, &mut run, started)?;
             self.report_waiting(&mut run);
@@ -201,6 +216,50 @@ impl Host {
         }
         source.close();
         Happened::LeftGroup.emit(&self.metrics);
+        Ok(())
+    }
+
+    /// Hands a polled record to its task, and pauses its partition once the task's queue for
+    /// that side passes its share of `memory.queue_bytes` (resumed by [`Host::resume_drained`]).
+    fn queue(&self, source: &Source, run: &mut Running, record: Record) -> Result<()> {
+        let marks = run.marks();
+        let (side, p) = (record.side, record.event.partition);
+        if !run.large_record_reported && record.event.footprint() > marks.high {
+            run.large_record_reported = true;
+            Happened::LargeRecord {
+                topic: &record.event.topic,
+                partition: p,
+                offset: record.event.offset,
+                bytes: record.event.footprint(),
+                share: marks.high,
+            }
+            .emit(&self.metrics);
+        }
+        let Some(task) = run.tasks.get_mut(&p) else {
+            return Ok(());
+        };
+        task.push(side, record.event);
+        if task.pause_if_full(side, marks) {
+            source.pause_side(side, p, "backpressure: its task's queue is full")?;
+            Happened::QueueFull {
+                task: p,
+                side,
+                queued: task.queued_bytes(),
+                high: marks.high,
+            }
+            .emit(&self.metrics);
+        }
+        Ok(())
+    }
+
+    /// Resumes the partitions paused for backpressure whose queues drained to the low mark.
+    fn resume_drained(&self, source: &Source, run: &mut Running) -> Result<()> {
+        let marks = run.marks();
+        for (&p, task) in run.tasks.iter_mut() {
+            for side in task.drained(marks) {
+                source.resume_side(side, p)?;
+            }
+        }
         Ok(())
     }
 
@@ -266,7 +325,7 @@ impl Host {
         for (p, task) in run.tasks.iter_mut() {
             source.publish(*p, task.commit_points());
         }
-        Ok(())
+        self.resume_drained(source, run)
     }
 
     /// Applies what the rebalance callbacks recorded: stops the tasks that lost a partition,
@@ -335,7 +394,9 @@ impl Host {
             let starts = source.committed(&new)?;
             for (p, waited_ms) in changes.start {
                 let start = starts[&p];
-                if waited_ms.is_some() {
+                // Paused earlier (a lone half, a full queue, a halted task) and librdkafka keeps
+                // that across the revoke: seek to the start and fetch again.
+                if waited_ms.is_some() || source.is_paused(p) {
                     source.rewind_and_resume(p, &start)?;
                 }
                 run.waiting_reported.remove(&p);
@@ -429,7 +490,16 @@ impl Host {
             .map(|(p, task)| {
                 let (events, bytes) = task.held();
                 let lag = run.lags.get(p).copied().unwrap_or_default();
-                (*p, TaskGauges { events, bytes, lag })
+                let gauges = TaskGauges {
+                    events,
+                    bytes,
+                    queued_bytes: task.queued_bytes(),
+                    queued_peak_bytes: task.queued_peak_bytes(),
+                    paused: task.paused_sides(),
+                    lag,
+                    ..TaskGauges::default()
+                };
+                (*p, gauges)
             })
             .collect();
         let calls: Vec<_> = workers.iter_mut().flat_map(|w| w.take_calls()).collect();

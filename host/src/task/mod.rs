@@ -9,6 +9,7 @@
 //! processed only once their batch is acknowledged.
 //! [`pool`] runs a round of tasks on several actions at once.
 
+pub mod backpressure;
 pub mod pool;
 
 use std::sync::Arc;
@@ -16,6 +17,8 @@ use std::time::Duration;
 
 use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
 use crate::event::{Event, FailureKind, OutputRecord, Side};
+use backpressure::QueueMarks;
+
 use crate::join::{
     Admission, CommitPoint, JoinKind, JoinOutcome, JoinState, JoinWindow, ReplayBounds, TaskQueue,
 };
@@ -201,6 +204,11 @@ pub struct TaskCounters {
     pub refused_outputs: u64,
     /// Outcomes not acted on again because a previous owner had (replay).
     pub suppressed: u64,
+    /// Partitions paused for backpressure (counted by the I/O layer, which pauses them).
+    pub pauses: u64,
+    /// Join state bytes moved to disk and read back (from the state's store).
+    pub spilled_bytes: u64,
+    pub read_back_bytes: u64,
 }
 
 impl TaskCounters {
@@ -217,6 +225,9 @@ impl TaskCounters {
         self.dead_lettered += other.dead_lettered;
         self.refused_outputs += other.refused_outputs;
         self.suppressed += other.suppressed;
+        self.pauses += other.pauses;
+        self.spilled_bytes += other.spilled_bytes;
+        self.read_back_bytes += other.read_back_bytes;
     }
 }
 
@@ -327,6 +338,52 @@ impl PartitionTask {
     /// Records buffered and not yet run.
     pub fn queued(&self) -> usize {
         self.queue.len()
+    }
+
+    /// Bytes of the records buffered on both sides ([`Event::footprint`]).
+    pub fn queued_bytes(&self) -> usize {
+        self.queue.bytes(Side::Left) + self.queue.bytes(Side::Right)
+    }
+
+    /// The most bytes the queue held at once.
+    pub fn queued_peak_bytes(&self) -> usize {
+        self.queue.peak_bytes()
+    }
+
+    /// Sides paused for backpressure.
+    pub fn paused_sides(&self) -> usize {
+        [Side::Left, Side::Right]
+            .into_iter()
+            .filter(|&s| self.queue.is_paused(s))
+            .count()
+    }
+
+    /// Whether `side`'s partition must be paused now: its queue passed `marks.high`. The side
+    /// is then marked paused (the queue waits for it rather than idling past it); the caller
+    /// pauses the partition.
+    pub fn pause_if_full(&mut self, side: Side, marks: QueueMarks) -> bool {
+        if self.queue.is_paused(side) || self.queue.bytes(side) <= marks.high {
+            return false;
+        }
+        self.queue.set_paused(side, true);
+        self.counters.pauses += 1;
+        true
+    }
+
+    /// Sides paused for backpressure whose queue drained to `marks.low`: marked resumed; the
+    /// caller resumes their partitions. A halted task's stay paused.
+    pub fn drained(&mut self, marks: QueueMarks) -> Vec<Side> {
+        if self.halted.is_some() {
+            return Vec::new();
+        }
+        let sides: Vec<Side> = [Side::Left, Side::Right]
+            .into_iter()
+            .filter(|&s| self.queue.is_paused(s) && self.queue.bytes(s) <= marks.low)
+            .collect();
+        for &side in &sides {
+            self.queue.set_paused(side, false);
+        }
+        sides
     }
 
     /// Events and bytes held in the join state.
