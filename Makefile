@@ -10,7 +10,9 @@
 #   make kafka   start a single-node Apache Kafka broker on 127.0.0.1:9092 (the README walk-through);
 #                make kafka-stop stops it
 #   make soak    the checks at scale that stay out of CI: repeated kill -9 rounds, a one-minute
-#                rebalance storm per group protocol, five kill -9 rounds under exactly-once
+#                rebalance storm per group protocol, five kill -9 rounds under exactly-once, and
+#                make soak-memory: peak RSS under a 1M and a 5M backlog, and a join whose window
+#                holds ~5 GB with memory.state_bytes = 256 MiB against all in RAM
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -26,7 +28,7 @@ HOST := target/release/cojoin
 KAFKA_LIBS := tests/kafka/target/kafka-libs
 KAFKA_PORT ?= 9092
 
-.PHONY: all demo test bench bench-matcher bench-join bench-latency plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak
+.PHONY: all demo test bench bench-matcher bench-join bench-latency plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak soak-memory
 all: plugins host
 
 # --- toolchains ---------------------------------------------------------------------------------
@@ -146,7 +148,7 @@ bench-latency: plugins host kafka-libs
 # Five rounds of kill -9 of one of three hosts on Kafka, each with its matches, expiries,
 # duplicates and their bound (the records past the last commit); then a minute of hosts joining
 # and leaving under load, per group protocol. Not part of CI.
-soak: plugins host kafka-libs
+soak: plugins host kafka-libs soak-memory
 	@mkdir -p build
 	set -o pipefail; COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) COJOIN_KILL_ROUNDS=$${COJOIN_KILL_ROUNDS:-5} $(CARGO) test --release \
 	  -p cojoin-e2e --test kafka_join one_of_three_hosts_killed -- --nocapture 2>&1 | tee build/soak.log | \
@@ -155,3 +157,24 @@ soak: plugins host kafka-libs
 	  -- --ignored --nocapture storm 2>&1 | tee -a build/soak.log | grep -E 'storm:|test result'
 	set -o pipefail; COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) COJOIN_EOS_KILLS=$${COJOIN_EOS_KILLS:-5} $(CARGO) test --release \
 	  -p cojoin-e2e --test kafka_eos kill -- --nocapture 2>&1 | tee -a build/soak.log | grep -E 'round\(s\)|test result'
+
+# Memory bounded whatever the backlog and the window (issue 16), on Apache Kafka through the join
+# benchmark: (1) the Python plugin behind a backlog of 1M, then 5M records per topic, produced
+# before the host starts, at the default memory.queue_bytes: peak RSS must not grow with the
+# backlog; (2) a left join whose 10^9 ms window holds all of 2.5M + 2.5M 1 KiB records (~5 GB of
+# state), with memory.state_bytes = 256 MiB and then 16 GiB (all in RAM): peak RSS, records/s, and
+# the output topic checked to hold exactly the expected outcome per order (BENCH_VERIFY).
+SOAK_BACKLOGS ?= 1000000 5000000
+SOAK_WINDOW_RECORDS ?= 2500000
+soak-memory: plugins host kafka-libs $(VENV_BENCH)/.installed
+	@mkdir -p build
+	set -o pipefail; for n in $(SOAK_BACKLOGS); do \
+	  COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) PYTHON_BENCH=$(CURDIR)/$(VENV_BENCH)/bin/python BENCH_RUNS=1 \
+	    BENCH_RECORDS=$$n BENCH_SYSTEMS=cojoin-python $(CARGO) bench -p cojoin-e2e --bench join 2>&1 \
+	    | tee -a build/soak-memory.log | grep -E '^(join benchmark|system|cojoin)'; done
+	set -o pipefail; for budget in 256MiB 16GiB; do \
+	  COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) PYTHON_BENCH=$(CURDIR)/$(VENV_BENCH)/bin/python BENCH_RUNS=1 \
+	    BENCH_RECORDS=$(SOAK_WINDOW_RECORDS) BENCH_VALUE_BYTES=1024 BENCH_WINDOW_MS=1000000000 BENCH_KIND=left \
+	    BENCH_VERIFY=1 BENCH_MEMORY="state_bytes = \"$$budget\"" BENCH_SYSTEMS=cojoin-rust \
+	    $(CARGO) bench -p cojoin-e2e --bench join 2>&1 | tee -a build/soak-memory.log \
+	    | grep -E '^(join benchmark|system|cojoin|verify)'; done

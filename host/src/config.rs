@@ -90,7 +90,7 @@ pub struct MemoryConfig {
     #[serde(default = "default_queue_bytes", with = "byte_size")]
     pub queue_bytes: u64,
     /// Join state kept in RAM; beyond it the oldest events move to files under `state.dir` and are
-    /// read back when probed or expired. Default `"1GiB"`.
+    /// read back when probed or expired. Default `"1GiB"`; 0 puts every full segment on disk.
     #[serde(default = "default_state_bytes", with = "byte_size")]
     pub state_bytes: u64,
 }
@@ -110,8 +110,9 @@ fn default_queue_bytes() -> u64 {
 fn default_state_bytes() -> u64 {
     1 << 30
 }
-/// Below this a budget cannot hold a few ordinary records per partition.
-const MIN_BUDGET: u64 = 4 << 20;
+/// Below this the queues cannot hold a few ordinary records per partition. `state_bytes` has no
+/// floor: a tiny one only makes the join slower (every full segment of state goes to disk).
+const MIN_QUEUE_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -602,17 +603,15 @@ impl Config {
                 "give the time between commits, e.g. \"100ms\" or \"1s\"",
             );
         }
-        for (field, bytes) in [
-            ("memory.queue_bytes", self.memory.queue_bytes),
-            ("memory.state_bytes", self.memory.state_bytes),
-        ] {
-            if bytes < MIN_BUDGET {
-                return invalid(
-                    field,
-                    &format!("is {bytes} bytes, below the 4 MiB a host needs to hold a few records per partition"),
-                    "give at least \"4MiB\" (e.g. \"64MiB\")",
-                );
-            }
+        if self.memory.queue_bytes < MIN_QUEUE_BYTES {
+            return invalid(
+                "memory.queue_bytes",
+                &format!(
+                    "is {} bytes, below the 4 MiB a host needs to hold a few records per partition",
+                    self.memory.queue_bytes
+                ),
+                "give at least \"4MiB\" (e.g. \"64MiB\")",
+            );
         }
         if self.output.guarantee == Guarantee::ExactlyOnce {
             if let Some(set) = ["transactional.id", "enable.idempotence", "isolation.level"]
@@ -798,20 +797,23 @@ mod tests {
     }
 
     #[test]
-    fn memory_budgets_take_units_and_a_tiny_one_is_refused_by_name() {
+    fn memory_budgets_take_units_and_a_tiny_queue_is_refused_by_name() {
         let with = |memory: &str| format!("{MINIMAL}\n[memory]\n{memory}\n");
         let c = Config::parse(&with("queue_bytes = \"16MiB\"\nstate_bytes = 268435456")).unwrap();
         assert_eq!(
             (c.memory.queue_bytes, c.memory.state_bytes),
             (16 << 20, 256 << 20)
         );
-        let err = Config::parse(&with("state_bytes = \"1KiB\""))
+        let err = Config::parse(&with("queue_bytes = \"1KiB\""))
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("memory.state_bytes") && err.contains("4MiB"),
+            err.contains("memory.queue_bytes") && err.contains("4MiB"),
             "{err}"
         );
+        // No floor for state: zero puts every full segment of join state on disk.
+        let c = Config::parse(&with("state_bytes = 0")).unwrap();
+        assert_eq!(c.memory.state_bytes, 0);
         let err = Config::parse(&with("queue_bytes = \"lots\""))
             .unwrap_err()
             .to_string();

@@ -21,7 +21,12 @@
 //! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-rust-eos (exactly-once), cojoin-python,
 //! cojoin-js, kafka-streams-rocksdb, kafka-streams-memory, python-handwritten, quixstreams),
 //! BENCH_WORKERS (cojoin's `plugin.workers`, default unset: one per core), PYTHON_BENCH (default
-//! .venv-bench/bin/python), BENCH_JAVA_HEAP (Kafka Streams' -Xmx, default 1g).
+//! .venv-bench/bin/python), BENCH_JAVA_HEAP (Kafka Streams' -Xmx, default 1g), BENCH_WINDOW_MS and
+//! BENCH_GRACE_MS (default 1000 each), BENCH_VALUE_BYTES (default 100), BENCH_STEP_MS (event-time
+//! gap between left records, default 10), BENCH_MEMORY (lines for cojoin's `[memory]` section,
+//! e.g. `state_bytes = "256MiB"`), BENCH_KIND (`inner`, default, or `left`: the runs also wait for
+//! the unpaid orders' expiries), BENCH_VERIFY=1 (one system and run: check the output topic holds
+//! exactly the expected outcome per order).
 
 #[path = "join/summary.rs"]
 mod summary;
@@ -40,8 +45,13 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use summary::{cpu_model, summarize, table, Figures, Summary};
 
 const PARTITIONS: i32 = 6;
-const WINDOW_MS: u64 = 1_000;
-const GRACE_MS: u64 = 1_000;
+/// The join window and grace: BENCH_WINDOW_MS, BENCH_GRACE_MS (default 1 s each).
+fn window_ms() -> u64 {
+    env_or("BENCH_WINDOW_MS", 1_000)
+}
+fn grace_ms() -> u64 {
+    env_or("BENCH_GRACE_MS", 1_000)
+}
 const BARE: &str = "bare consumer";
 
 fn main() {
@@ -82,9 +92,14 @@ fn main() {
             "--records",
             &records.to_string(),
             "--window-ms",
-            &WINDOW_MS.to_string(),
+            &window_ms().to_string(),
         ])
         .args(["--batch-size", &batch.to_string()])
+        .args([
+            "--value-bytes",
+            &env_or("BENCH_VALUE_BYTES", 100).to_string(),
+        ])
+        .args(["--step-ms", &env_or("BENCH_STEP_MS", 10).to_string()])
         .output()
         .expect("running produce.py (make bench-join sets up .venv-bench)");
     assert!(
@@ -169,9 +184,9 @@ fn main() {
                 let mut cmd = peer(&python, &peers, script, &kafka.bootstrap);
                 cmd.args([
                     "--window-ms",
-                    &WINDOW_MS.to_string(),
+                    &window_ms().to_string(),
                     "--grace-ms",
-                    &GRACE_MS.to_string(),
+                    &grace_ms().to_string(),
                 ])
                 .args(["--expect", &total.to_string()]);
                 let since = broker_since();
@@ -188,6 +203,9 @@ fn main() {
         })
         .collect();
     report(&rows, expected, records, runs);
+    if std::env::var("BENCH_VERIFY").is_ok_and(|v| v == "1") {
+        verify_outputs(&kafka.bootstrap, records);
+    }
     let chart = dir.join("throughput.svg");
     std::fs::write(&chart, chart_svg(&rows, records, runs)).unwrap();
     println!(
@@ -236,9 +254,84 @@ fn kafka_streams(peers: &Path, bootstrap: &str, store: &str) -> Command {
         .arg("dev.cojoin.bench.KafkaStreamsJoin")
         .args(data_args(bootstrap))
         .args(["--output-topic", "bench-out", "--store", store])
-        .args(["--window-ms", &WINDOW_MS.to_string()])
-        .args(["--grace-ms", &GRACE_MS.to_string()]);
+        .args(["--window-ms", &window_ms().to_string()])
+        .args(["--grace-ms", &grace_ms().to_string()]);
     cmd
+}
+
+/// `join.kind` of the cojoin runs: BENCH_KIND, `inner` (default) or `left`.
+fn join_kind() -> String {
+    std::env::var("BENCH_KIND").unwrap_or_else(|_| "inner".into())
+}
+
+/// A left join reports every order without a payment in its window: each key has one order, so
+/// those are the orders (half the records) less the matches.
+fn expected_expiries(total: u64, matches: u64) -> u64 {
+    match join_kind().as_str() {
+        "left" => total / 2 - matches,
+        _ => 0,
+    }
+}
+
+/// BENCH_VERIFY=1 (one system, one run): reads the output topic and checks that it holds exactly
+/// the expected set — order `k-i` paid for even i, unpaid (left join) for odd i, each once — as
+/// produce.py generates it with one key per record. Panics with what differs.
+fn verify_outputs(bootstrap: &str, records: u64) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "bench-verify")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition_offset("bench-out", p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let left = join_kind() == "left";
+    let want = if left { records } else { records.div_ceil(2) };
+    let mut seen = std::collections::HashMap::<String, String>::new();
+    let mut duplicates = 0u64;
+    let mut idle = Instant::now();
+    while seen.len() < want as usize || idle.elapsed() < Duration::from_secs(3) {
+        if idle.elapsed() > Duration::from_secs(60) {
+            break;
+        }
+        let Some(m) = consumer.poll(Duration::from_millis(100)) else {
+            continue;
+        };
+        idle = Instant::now();
+        let m = m.expect("reading bench-out");
+        let body: serde_json::Value =
+            serde_json::from_slice(rdkafka::Message::payload(&m).unwrap()).unwrap();
+        let id = body["order_id"].as_str().unwrap().to_owned();
+        let status = body["status"].as_str().unwrap().to_owned();
+        if seen.insert(id, status).is_some() {
+            duplicates += 1;
+        }
+    }
+    let mut wrong = Vec::new();
+    for i in 0..records {
+        let want = match (i % 2, left) {
+            (0, _) => Some("paid"),
+            (_, true) => Some("unpaid"),
+            (_, false) => None,
+        };
+        if seen.get(&format!("k-{i}")).map(String::as_str) != want {
+            wrong.push(i);
+        }
+    }
+    println!(
+        "verify: {} distinct orders out, {duplicates} duplicates, {} of {records} orders not as expected (first: {:?})",
+        seen.len(),
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    assert!(
+        wrong.is_empty() && seen.len() as u64 == want,
+        "the output set differs from the expected one"
+    );
 }
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -364,9 +457,9 @@ group_id = "bench-{tag}"
 [join]
 left = "left"
 right = "right"
-kind = "inner"
-window = "{WINDOW_MS}ms"
-grace = "{GRACE_MS}ms"
+kind = "{}"
+window = "{}ms"
+grace = "{}ms"
 [plugin]
 path = "{}"
 watch = false
@@ -377,9 +470,15 @@ dead_letter_topic = "bench-dlq"
 guarantee = "{guarantee}"
 [admin]
 bind = "127.0.0.1:0"
+[memory]
+{}
 "#,
+            join_kind(),
+            window_ms(),
+            grace_ms(),
             wasm.display(),
             workers_line(),
+            std::env::var("BENCH_MEMORY").unwrap_or_default(),
         ),
     )
     .unwrap();
@@ -409,6 +508,13 @@ bind = "127.0.0.1:0"
             .unwrap_or(0.0)
             + sample(&page, "cojoin_records_consumed_total{topic=\"right\"}").unwrap_or(0.0);
         let matches = sample(&page, "cojoin_matches_total").unwrap_or(0.0);
+        // A left join's unmatched orders come out when their windows close, after the matches.
+        let expiries = sample(&page, "cojoin_expiries_total").unwrap_or(0.0) as u64;
+        let matches = if expiries >= expected_expiries(total, expected) {
+            matches
+        } else {
+            matches.min(expected as f64 - 1.0)
+        };
         if consumed > 0.0 {
             first.get_or_insert_with(Instant::now);
         }
@@ -493,7 +599,10 @@ fn workers_line() -> String {
 
 fn report(rows: &[Summary], expected: u64, records: u64, runs: u64) {
     println!(
-        "\njoin benchmark: {records} + {records} records, 100-byte values, window {WINDOW_MS} ms, grace {GRACE_MS} ms; expected matches {expected}; median of {runs} runs"
+        "\njoin benchmark: {records} + {records} records, {}-byte values, window {} ms, grace {} ms; expected matches {expected}; median of {runs} runs",
+        env_or("BENCH_VALUE_BYTES", 100),
+        window_ms(),
+        grace_ms()
     );
     let workers = std::env::var("BENCH_WORKERS").unwrap_or_else(|_| "one per core".into());
     println!("{}; cojoin workers: {workers}", machine());

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::hosts::{join_config, join_config_for, wait_for_stable_group, HostProcess};
+use cojoin_e2e::http::{get, sample};
 use cojoin_e2e::scenario::{
     assert_co_partitioned, close_windows, join_broker, post_mortem, read_all_outcomes, run_dir,
-    serial, start_hosts, PARTITIONS,
+    serial, start_hosts, start_hosts_with, PARTITIONS,
 };
 use cojoin_e2e::stream::{self, Record};
 use cojoin_e2e::{cojoin, plugin};
@@ -49,21 +50,35 @@ fn three_hosts_produce_exactly_the_expected_matches_and_expiries() {
     assert_co_partitioned(&hosts);
 }
 
-/// How a kill -9 went: what was read back, and the bound on what may repeat.
+/// How a kill -9 went: what was read back, the bound on what may repeat, and the join state
+/// bytes the hosts still running had spilled to disk.
 struct KillReport {
     tally: cojoin_e2e::stream::Tally,
     bound: i64,
+    spilled: u64,
 }
 
 /// `n` hosts, the stream's first half, kill -9 of host-0 once 100 outputs are out, the second
 /// half; with `restart_after`, host-0 comes back after that long (as a supervisor would restart
 /// it), else the survivors take its tasks by themselves. Then every outcome is checked: none lost,
 /// duplicates within the bound.
-fn kill_mid_stream(test: &str, n: usize, restart_after: Option<Duration>) -> KillReport {
+/// `extra` is appended to every host's config.
+fn kill_mid_stream(
+    test: &str,
+    n: usize,
+    restart_after: Option<Duration>,
+    extra: &str,
+) -> KillReport {
     let _serial = serial();
     let dir = run_dir(test);
     let kafka = join_broker(&dir);
-    let mut hosts = start_hosts(&dir, &kafka, test, n);
+    let config = join_config(
+        &kafka.bootstrap,
+        test,
+        &plugin("order_paid_rust.wasm"),
+        "left",
+    ) + extra;
+    let mut hosts = start_hosts_with(&dir, n, &config);
     let t = Instant::now();
     wait_for_stable_group(
         &hosts.iter().collect::<Vec<_>>(),
@@ -135,7 +150,18 @@ fn kill_mid_stream(test: &str, n: usize, restart_after: Option<Duration>) -> Kil
         tally.duplicates
     );
     assert_co_partitioned(&hosts);
-    KillReport { tally, bound }
+    let spilled = group
+        .iter()
+        .map(|h| {
+            let page = get(&format!("{}/metrics", h.admin_url(Duration::from_secs(10)))).body;
+            sample(&page, "cojoin_state_spilled_bytes_total").unwrap_or(0.0) as u64
+        })
+        .sum();
+    KillReport {
+        tally,
+        bound,
+        spilled,
+    }
 }
 
 /// Records on `tasks`' partitions of both topics past what `group` last committed as processed
@@ -164,7 +190,34 @@ fn records_past_last_commit(kafka: &Kafka, group: &str, tasks: &[i32]) -> i64 {
 /// One host: the restarted process must rebuild every task from the commits the killed one left.
 #[test]
 fn the_only_host_killed_mid_stream_and_restarted_loses_no_match_or_expiry() {
-    kill_mid_stream("kill-9-one-host", 1, Some(Duration::from_secs(1)));
+    kill_mid_stream("kill-9-one-host", 1, Some(Duration::from_secs(1)), "");
+}
+
+/// Join state on disk is a cache: with every full segment of state spilled (a zero budget), a
+/// host killed mid-stream and restarted rebuilds its tasks from Kafka as always, and its spill
+/// files of the killed process are removed by the next start.
+#[test]
+fn a_host_killed_while_its_state_is_on_disk_loses_no_match_or_expiry() {
+    let state = run_dir("kill-9-spilled").join("state");
+    let r = kill_mid_stream(
+        "kill-9-spilled",
+        1,
+        Some(Duration::from_secs(1)),
+        &format!("[memory]\nstate_bytes = 0\n[state]\ndir = {:?}\n", state),
+    );
+    assert!(
+        r.spilled > 0,
+        "no state was spilled: the test proves nothing"
+    );
+    let dirs: Vec<_> = std::fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        dirs.len(),
+        1,
+        "the killed host's spill directory is left: {dirs:?}"
+    );
 }
 
 /// Three hosts, host-0 killed and never restarted: after the session timeout (6 s) the broker
@@ -177,7 +230,7 @@ fn one_of_three_hosts_killed_mid_stream_moves_its_tasks_to_the_survivors_and_los
         .unwrap_or(1);
     let mut figures = Vec::new();
     for round in 0..rounds {
-        let r = kill_mid_stream(&format!("kill-9-three-hosts-{round}"), 3, None);
+        let r = kill_mid_stream(&format!("kill-9-three-hosts-{round}"), 3, None, "");
         figures.push((
             r.tally.matches,
             r.tally.expiries,

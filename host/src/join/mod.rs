@@ -1,5 +1,7 @@
-//! The join engine's pure core: windowed join state per task, the order in which a task takes records
-//! from its two partitions, and offset bookkeeping. No I/O: no Kafka, no plugins, no async runtime.
+//! The join engine's core: windowed join state per task, the order in which a task takes records
+//! from its two partitions, and offset bookkeeping. No Kafka, no plugins, no async runtime; the only
+//! I/O is the state store's spill files on local disk past `memory.state_bytes` (store/spill.rs),
+//! a cache the state can always be rebuilt without.
 //!
 //! - [`state`]: `JoinState`, one task's buffered events per key, stream time, matches and expiries.
 //! - [`order`]: `TaskQueue`, which of the task's two partitions to take the next record from.
@@ -13,3 +15,4 @@ mod store;
 pub use offsets::{CommitPoint, ReplayBounds};
 pub use order::{Admission, TaskQueue};
 pub use state::{JoinKind, JoinOutcome, JoinState, JoinWindow};
+pub use store::{SpillDir, StoreStats};

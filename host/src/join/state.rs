@@ -18,7 +18,7 @@ use std::sync::Arc;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
-use super::store::{EventStore, Handle, Links, NO_HANDLE};
+use super::store::{EventStore, Handle, Links, SpillDir, StoreStats, NO_HANDLE, UNMATCHED};
 use crate::event::{Event, Side};
 
 /// The join window, in milliseconds of event time.
@@ -67,13 +67,40 @@ pub enum JoinOutcome {
     Late { side: Side, event: Arc<Event> },
 }
 
-/// `partner_offset` of an event that has not matched (Kafka offsets are never negative).
-const UNMATCHED: i64 = -1;
+/// Counted per held event on top of its bytes in the store: its share of the per-key table (a
+/// [`Slot`] and a control byte). Out-of-order events also take an expiry-heap entry, counted
+/// apart. benches/memory.rs measures everything, spare capacity included.
+const PER_EVENT_OVERHEAD: usize = std::mem::size_of::<Slot>() + 1;
 
-/// Counted per held event on top of its bytes in the store: its share of the per-key table.
-/// Out-of-order events also take an expiry-heap entry, counted apart. benches/memory.rs measures
-/// everything, spare capacity included.
-const PER_EVENT_OVERHEAD: usize = 9;
+/// A key's entry in the table: the head of its chain, and 32 bits of its hash, so that growing
+/// the table never reads a key (a spilled one would be read from disk) and a probe compares keys
+/// only on a full hash match. 12 bytes, packed as u32s: a `(u64, Handle)` would take 16, which
+/// at 60,000 unique keys would cost 17 bytes per event more than the 8 of a bare handle
+/// (benches/memory.rs) instead of 9.
+#[derive(Clone, Copy)]
+struct Slot {
+    hash: u32,
+    handle: [u32; 2],
+}
+
+impl Slot {
+    fn new(hash: u32, h: Handle) -> Self {
+        Slot {
+            hash,
+            handle: [(h >> 32) as u32, h as u32],
+        }
+    }
+
+    fn handle(self) -> Handle {
+        (u64::from(self.handle[0]) << 32) | u64::from(self.handle[1])
+    }
+
+    /// The table's 64-bit hash of the slot's key: hashbrown takes its bucket from the low bits
+    /// and its control byte from the top 7, so the 32 stored bits are spread over all 64.
+    fn table_hash(hash: u32) -> u64 {
+        u64::from(hash).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+}
 
 pub struct JoinState {
     window: JoinWindow,
@@ -83,7 +110,7 @@ pub struct JoinState {
     /// ([`UNMATCHED`] if none) and a link to the next held event of its key.
     store: EventStore,
     /// Per key, the oldest held event of that key: the head of its chain through the store.
-    keys: HashTable<Handle>,
+    keys: HashTable<Slot>,
     /// foldhash, seeded per process: SipHash took a sixth of insert's time (perf, benches/matcher.rs).
     hasher: foldhash::fast::RandomState,
     /// What to evict as stream time advances, in two parts. Events that close no earlier than
@@ -91,11 +118,15 @@ pub struct JoinState {
     /// evicted by walking the store from `in_order`, the oldest of them, at no memory cost. The
     /// rest go into `out_of_order`, a min-heap by (close time, arrival). Store handles grow in
     /// arrival order, so equal close times leave in arrival order across both parts.
-    in_order: Option<Handle>,
+    /// (close time, handle) of the oldest in-order event: its close time is kept here so that
+    /// checking it never reads a spilled event.
+    in_order: Option<(i64, Handle)>,
     /// Close time of the newest in-order event.
     in_order_close: i64,
     out_of_order: BinaryHeap<Reverse<(i64, Handle)>>,
     events: usize,
+    /// The held partners of the event being inserted; kept to reuse its allocation.
+    partners: Vec<Handle>,
 }
 
 impl JoinState {
@@ -111,7 +142,27 @@ impl JoinState {
             in_order_close: i64::MIN,
             out_of_order: BinaryHeap::new(),
             events: 0,
+            partners: Vec::new(),
         }
+    }
+
+    /// Lets the state move its oldest events to files in `dir` once it holds more than its RAM
+    /// budget ([`Self::set_ram_budget`]). Without it, everything stays in RAM. Once per state:
+    /// its files stay where they were written.
+    pub fn spill_to(&mut self, dir: Arc<SpillDir>) {
+        self.store.spill_to(dir);
+    }
+
+    /// Bytes of event segments the state keeps in RAM once it can spill: past it, the oldest
+    /// segments go to disk. Checked on insert; the segment being filled always stays, and
+    /// segments read back to expire may exceed it briefly.
+    pub fn set_ram_budget(&mut self, bytes: usize) {
+        self.store.set_budget(bytes);
+    }
+
+    /// Where the held events' bytes are: RAM, disk, and what moved between them so far.
+    pub fn store_stats(&self) -> StoreStats {
+        self.store.stats()
     }
 
     /// Largest timestamp seen so far.
@@ -131,17 +182,22 @@ impl JoinState {
 
     /// Offsets a restart must replay to rebuild this state, by side: every held event, and for a
     /// matched event whose expiry would be reported, its latest partner. The commit offset of each
-    /// partition must stay at or below the smallest of them.
+    /// partition must stay at or below the smallest of them. Events spilled to disk are not read:
+    /// each spilled segment gives instead a lower bound per side, which may be lower than needed
+    /// (see `store::Needs`), never higher.
     pub fn needed_offsets(&self) -> impl Iterator<Item = (Side, i64)> + '_ {
         let kind = self.kind;
         let store = &self.store;
-        store.live().flat_map(move |h| {
-            let side = store.side(h);
-            let partner = store.partner_offset(h);
-            let reported = partner != UNMATCHED && kind.reports_expiry(side);
-            std::iter::once((side, store.offset(h)))
-                .chain(reported.then_some((side.opposite(), partner)))
-        })
+        let in_ram = store.live().flat_map(move |h| {
+            let head = store.head(h);
+            let reported = head.partner_offset != UNMATCHED && kind.reports_expiry(head.side);
+            std::iter::once((head.side, head.offset))
+                .chain(reported.then_some((head.side.opposite(), head.partner_offset)))
+        });
+        let spilled = store
+            .spilled_needs()
+            .flat_map(move |needs| needs.offsets(move |side| kind.reports_expiry(side)));
+        in_ram.chain(spilled)
     }
 
     /// Takes one event of `side` and appends what it caused to `out`: the matches it forms, then
@@ -164,14 +220,16 @@ impl JoinState {
             store,
             keys,
             hasher,
+            partners,
             ..
         } = self;
-        let hash = hasher.hash_one(event.key_bytes());
+        let key = event.key_bytes();
+        let hash = hasher.hash_one(key) as u32;
         // One hash per insert. A key's chain runs from its oldest held event to its newest.
         let entry = keys.entry(
-            hash,
-            |&h| store.key(h) == event.key_bytes(),
-            |&h| hasher.hash_one(store.key(h)),
+            Slot::table_hash(hash),
+            |s| s.hash == hash && store.key_is(s.handle(), key),
+            |s| Slot::table_hash(s.hash),
         );
         let close = ts.saturating_add(self.window.retention());
         let out_of_order = close < self.in_order_close;
@@ -185,46 +243,39 @@ impl JoinState {
             },
         );
         let head = match entry {
-            Entry::Occupied(o) => *o.get(),
+            Entry::Occupied(o) => o.get().handle(),
             Entry::Vacant(v) => {
-                v.insert(handle);
+                v.insert(Slot::new(hash, handle));
                 NO_HANDLE
             }
         };
-        // Two walks of the chain (a key holds few events): the first marks the partners and
-        // appends the new event, the second, once the new event is shared, reports the pairs.
-        let partners = |store: &EventStore, h: Handle| {
-            store.side(h) != side && (store.timestamp(h) - ts).abs() <= window
-        };
+        // One walk of the chain (a key holds few events) marks the partners and appends the new
+        // event; once the new event is shared, the pairs are reported.
+        partners.clear();
         let mut partner_offset = UNMATCHED;
         let mut h = head;
         while h != NO_HANDLE {
-            if partners(store, h) {
+            let held = store.head(h);
+            if held.side != side && (held.timestamp - ts).abs() <= window {
                 store.set_partner_offset(h, event.offset);
-                partner_offset = partner_offset.max(store.offset(h));
+                partner_offset = partner_offset.max(held.offset);
+                partners.push(h);
             }
-            match store.next(h) {
-                NO_HANDLE => {
-                    store.set_next(h, handle);
-                    break;
-                }
-                next => h = next,
+            if held.next == NO_HANDLE {
+                store.set_next(h, handle);
             }
+            h = held.next;
         }
         if partner_offset != UNMATCHED {
             store.set_partner_offset(handle, partner_offset);
             let this = Arc::new(event);
-            let mut h = head;
-            while h != handle {
-                if partners(store, h) {
-                    let held = Arc::new(store.event(h));
-                    let (left, right) = match side {
-                        Side::Left => (this.clone(), held),
-                        Side::Right => (held, this.clone()),
-                    };
-                    out.push(JoinOutcome::Match { left, right });
-                }
-                h = store.next(h);
+            for &h in partners.iter() {
+                let held = Arc::new(store.event(h));
+                let (left, right) = match side {
+                    Side::Left => (this.clone(), held),
+                    Side::Right => (held, this.clone()),
+                };
+                out.push(JoinOutcome::Match { left, right });
             }
         }
         self.events += 1;
@@ -232,7 +283,7 @@ impl JoinState {
             self.out_of_order.push(Reverse((close, handle)));
         } else {
             self.in_order_close = close;
-            self.in_order.get_or_insert(handle);
+            self.in_order.get_or_insert((close, handle));
         }
         self.expire(out);
     }
@@ -242,9 +293,7 @@ impl JoinState {
         let Some(st) = self.stream_time else { return };
         let retention = self.window.retention();
         loop {
-            let from_log = self
-                .in_order
-                .map(|h| (self.store.timestamp(h).saturating_add(retention), h));
+            let from_log = self.in_order;
             let from_heap = self.out_of_order.peek().map(|r| r.0);
             let Some((close, leaving)) = from_log.into_iter().chain(from_heap).min() else {
                 break;
@@ -256,6 +305,8 @@ impl JoinState {
                 self.out_of_order.pop();
                 None
             } else {
+                // The log walk empties the oldest segments: one spilled is read back whole.
+                self.store.read_back(leaving);
                 Some(self.store.after(leaving))
             };
             self.unlink(leaving);
@@ -269,7 +320,10 @@ impl JoinState {
             self.store.remove(leaving);
             self.events -= 1;
             if let Some(after) = after {
-                self.in_order = self.store.in_order_from(after);
+                self.in_order = self
+                    .store
+                    .in_order_from(after)
+                    .map(|h| (self.store.timestamp(h).saturating_add(retention), h));
             }
         }
     }
@@ -283,20 +337,25 @@ impl JoinState {
             ..
         } = self;
         let key = store.key(leaving);
-        let found = keys.find_entry(hasher.hash_one(key), |&h| store.key(h) == key);
+        let hash = hasher.hash_one(&*key) as u32;
+        let found = keys.find_entry(Slot::table_hash(hash), |s| {
+            s.hash == hash && (s.handle() == leaving || store.key_is(s.handle(), &key))
+        });
         let Ok(mut entry) = found else {
             unreachable!("a held event's key is in the table");
         };
+        // An owned key (read from disk) is no longer needed; a borrowed one would hold `store`.
+        drop(key);
         let next = store.next(leaving);
-        if *entry.get() == leaving {
+        if entry.get().handle() == leaving {
             if next == NO_HANDLE {
                 entry.remove();
             } else {
-                *entry.get_mut() = next;
+                *entry.get_mut() = Slot::new(hash, next);
             }
             return;
         }
-        let mut h = *entry.get();
+        let mut h = entry.get().handle();
         while store.next(h) != leaving {
             h = store.next(h);
             assert_ne!(h, NO_HANDLE, "a held event is in its key's chain");

@@ -29,7 +29,7 @@ use anyhow::Result;
 use crate::config::Config;
 use crate::config::Guarantee;
 use crate::event::Side;
-use crate::join::CommitPoint;
+use crate::join::{CommitPoint, SpillDir};
 use crate::kafka::pairing::Pairing;
 use crate::kafka::protocol::{self, Protocol};
 use crate::kafka::sink::{Acknowledged, Delivered, Sink};
@@ -49,6 +49,17 @@ const LAG_INTERVAL: Duration = Duration::from_secs(2);
 const WAITING_REPORTED_AFTER: Duration = Duration::from_secs(5);
 /// Records polled at most per round, so that rounds (and commits) keep coming under a backlog.
 const POLL_PER_ROUND: usize = 10_000;
+
+/// This host's directory for spilled join state, under `state.dir` (leftovers of hosts that
+/// died are removed).
+fn spill_dir(base: &std::path::Path) -> Result<Arc<SpillDir>> {
+    SpillDir::create(base).map_err(|e| {
+        anyhow::anyhow!(
+            "state.dir {}: cannot create this host's spill directory there: {e}; set state.dir to a writable directory",
+            base.display()
+        )
+    })
+}
 
 pub struct Host {
     config: Config,
@@ -73,6 +84,9 @@ struct Running {
     policy: TaskPolicy,
     /// `memory.queue_bytes`, shared by the tasks held (task/backpressure.rs).
     queue_bytes: u64,
+    /// `memory.state_bytes`, shared by the tasks held, and where state beyond it goes.
+    state_bytes: u64,
+    spill: Arc<SpillDir>,
     /// A record larger than a task side's queue share was reported (once per host).
     large_record_reported: bool,
 }
@@ -81,21 +95,22 @@ impl Running {
     fn marks(&self) -> QueueMarks {
         QueueMarks::new(self.queue_bytes, self.tasks.len())
     }
-}
 
-/// A task starting at its committed points.
-fn start_task(
-    source: &Source,
-    policy: &TaskPolicy,
-    p: i32,
-    start: [CommitPoint; 2],
-) -> PartitionTask {
-    let mut task = PartitionTask::new(p, policy.clone(), start);
-    task.set_wall_clock(crate::admin::now_ms() as i64);
-    // The consumer's cached end offsets may predate this assignment (kept from an earlier one):
-    // the broker's answer now is the floor below which they are not trusted.
-    task.set_end_offset_floors(source.end_offsets(p));
-    task
+    /// Each task's share of `memory.state_bytes`.
+    fn state_budget(&self) -> usize {
+        usize::try_from(self.state_bytes / self.tasks.len().max(1) as u64).unwrap_or(usize::MAX)
+    }
+
+    /// A task starting at its committed points, its state spilling to this host's directory.
+    fn start_task(&self, source: &Source, p: i32, start: [CommitPoint; 2]) -> PartitionTask {
+        let mut task = PartitionTask::new(p, self.policy.clone(), start);
+        task.set_wall_clock(crate::admin::now_ms() as i64);
+        // The consumer's cached end offsets may predate this assignment (kept from an earlier
+        // one): the broker's answer now is the floor below which they are not trusted.
+        task.set_end_offset_floors(source.end_offsets(p));
+        task.spill_to(self.spill.clone());
+        task
+    }
 }
 
 impl Host {
@@ -171,6 +186,7 @@ impl Host {
         .emit(&self.metrics);
 
         let policy = crate::wiring::task_policy(cfg);
+        let spill = spill_dir(&cfg.state.dir())?;
         let mut workers = self.start_workers(counts[0])?;
         let mut run = Running {
             tasks: BTreeMap::new(),
@@ -179,8 +195,10 @@ impl Host {
             lags: HashMap::new(),
             pairing: Pairing::new(protocol == Protocol::Classic),
             waiting_reported: BTreeSet::new(),
-            policy: policy.clone(),
+            policy,
             queue_bytes: cfg.memory.queue_bytes,
+            state_bytes: cfg.memory.state_bytes,
+            spill,
             large_record_reported: false,
         };
         let started = Instant::now();
@@ -190,7 +208,7 @@ impl Host {
             for polled in 0..POLL_PER_ROUND {
                 let wait = if polled == 0 { 50 } else { 0 };
                 let record = source.poll(Duration::from_millis(wait))?;
-                self.apply_rebalance(&source, &policy, &mut run)?;
+                self.apply_rebalance(&source, &mut run)?;
                 let Some(record) = record else { break };
                 run.consumed[record.side as usize] += 1;
                 self.queue(&source, &mut run, record)?;
@@ -292,10 +310,12 @@ impl Host {
         let now = started.elapsed().as_millis() as i64;
         let wall_clock = crate::admin::now_ms() as i64;
         let mut running = Vec::new();
+        let state_budget = run.state_budget();
         for task in run.tasks.values_mut() {
             if task.halted().is_some() {
                 continue;
             }
+            task.set_state_budget(state_budget);
             task.set_wall_clock(wall_clock);
             task.set_end_offsets(source.cached_end_offsets(task.partition));
             running.push(task);
@@ -332,12 +352,7 @@ impl Host {
     /// pauses halves without their pair, starts the tasks whose pair is complete from their
     /// committed offsets and processed-through metadata. Tasks not named keep running with their
     /// state and queue.
-    fn apply_rebalance(
-        &self,
-        source: &Source,
-        policy: &TaskPolicy,
-        run: &mut Running,
-    ) -> Result<()> {
+    fn apply_rebalance(&self, source: &Source, run: &mut Running) -> Result<()> {
         let rebalanced = source.rebalanced();
         if rebalanced.revoked.is_empty() && rebalanced.assigned.is_empty() && !rebalanced.assignment
         {
@@ -406,7 +421,7 @@ impl Host {
                     waited_ms,
                 }
                 .emit(&self.metrics);
-                let task = start_task(source, policy, p, start);
+                let task = run.start_task(source, p, start);
                 run.tasks.insert(p, task);
             }
         }
@@ -446,7 +461,7 @@ impl Host {
             }
             let start = starts[&p];
             source.rewind_and_resume(p, &start)?;
-            let task = start_task(source, &run.policy, p, start);
+            let task = run.start_task(source, p, start);
             run.tasks.insert(p, task);
         }
         Ok(())
@@ -490,14 +505,16 @@ impl Host {
             .map(|(p, task)| {
                 let (events, bytes) = task.held();
                 let lag = run.lags.get(p).copied().unwrap_or_default();
+                let store = task.store_stats();
                 let gauges = TaskGauges {
                     events,
                     bytes,
+                    ram_bytes: store.ram_bytes,
+                    disk_bytes: store.disk_bytes,
                     queued_bytes: task.queued_bytes(),
                     queued_peak_bytes: task.queued_peak_bytes(),
                     paused: task.paused_sides(),
                     lag,
-                    ..TaskGauges::default()
                 };
                 (*p, gauges)
             })

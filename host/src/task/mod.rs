@@ -20,7 +20,8 @@ use crate::event::{Event, FailureKind, OutputRecord, Side};
 use backpressure::QueueMarks;
 
 use crate::join::{
-    Admission, CommitPoint, JoinKind, JoinOutcome, JoinState, JoinWindow, ReplayBounds, TaskQueue,
+    Admission, CommitPoint, JoinKind, JoinOutcome, JoinState, JoinWindow, ReplayBounds, SpillDir,
+    StoreStats, TaskQueue,
 };
 
 /// A failed action call, as the dead-letter headers will describe it.
@@ -391,6 +392,22 @@ impl PartitionTask {
         self.state.held()
     }
 
+    /// Lets the join state move its oldest events to files in `dir` beyond its RAM budget.
+    pub fn spill_to(&mut self, dir: Arc<SpillDir>) {
+        self.state.spill_to(dir);
+    }
+
+    /// This task's share of `memory.state_bytes`: join state beyond it goes to disk (once
+    /// [`PartitionTask::spill_to`] gave it a place).
+    pub fn set_state_budget(&mut self, bytes: usize) {
+        self.state.set_ram_budget(bytes);
+    }
+
+    /// The join state's bytes in RAM and on disk, and what moved between them.
+    pub fn store_stats(&self) -> StoreStats {
+        self.state.store_stats()
+    }
+
     /// Processes every record the queue allows at `now_ms`. `sleep` waits between retries.
     pub fn run(
         &mut self,
@@ -459,6 +476,9 @@ impl PartitionTask {
             self.pending_from[i].get_or_insert(offset);
             batch.through[i] = Some(offset);
         }
+        let stats = self.state.store_stats();
+        self.counters.spilled_bytes = stats.spilled_bytes_total;
+        self.counters.read_back_bytes = stats.read_back_bytes_total;
         batch
     }
 

@@ -372,3 +372,64 @@ fn under_halt_a_refused_output_stops_the_task_before_its_inputs_count_as_process
         [(0, None), (0, None)]
     );
 }
+
+#[test]
+fn a_side_over_its_high_mark_pauses_once_and_resumes_at_its_low_mark_unless_halted() {
+    let one = ev(Side::Left, 0, "k", 100).footprint();
+    // Paused past three records' worth, resumed at one and a half.
+    let marks = QueueMarks {
+        high: 3 * one,
+        low: 3 * one / 2,
+    };
+    let mut task = PartitionTask::new(0, policy(), FRESH);
+    for offset in 0..3 {
+        task.push(Side::Left, ev(Side::Left, offset, "k", 100 + offset));
+        assert!(!task.pause_if_full(Side::Left, marks), "at or below high");
+    }
+    task.push(Side::Left, ev(Side::Left, 3, "k", 103));
+    assert!(task.pause_if_full(Side::Left, marks));
+    assert!(!task.pause_if_full(Side::Left, marks), "paused already");
+    assert!(
+        !task.pause_if_full(Side::Right, marks),
+        "the other side is empty"
+    );
+    assert_eq!((task.paused_sides(), task.counters.pauses), (1, 1));
+    assert!(task.drained(marks).is_empty(), "four records queued");
+    assert_eq!(task.queued_peak_bytes(), 4 * one);
+
+    // The paused side is not idled past while empty: a right record waits with max_idle 0.
+    let mut plugin = FakePlugin::default();
+    let batch = task.run(0, &mut plugin, &mut |_| {});
+    task.acknowledge(batch);
+    task.push(Side::Right, ev(Side::Right, 0, "r", 200));
+    let batch = task.run(1_000, &mut plugin, &mut |_| {});
+    assert!(batch.emits.is_empty(), "{:?}", values(&batch));
+    assert_eq!(task.queued(), 1);
+    assert_eq!(task.drained(marks), [Side::Left]);
+    assert_eq!(task.paused_sides(), 0);
+
+    // A halted task's paused sides stay paused.
+    let mut halted = PartitionTask::new(
+        1,
+        TaskPolicy {
+            failure: FailurePolicy::Halt,
+            retries: 0,
+            ..policy()
+        },
+        FRESH,
+    );
+    halted.push(Side::Left, ev(Side::Left, 0, "bad", 100));
+    halted.push(Side::Right, ev(Side::Right, 0, "bad", 101));
+    for offset in 1..5 {
+        halted.push(Side::Left, ev(Side::Left, offset, "k", 200));
+    }
+    assert!(halted.pause_if_full(Side::Left, marks));
+    halted.run(0, &mut plugin, &mut |_| {});
+    assert!(halted.halted().is_some());
+    assert!(halted
+        .drained(QueueMarks {
+            high: 1,
+            low: usize::MAX
+        })
+        .is_empty());
+}

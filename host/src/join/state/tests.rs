@@ -231,3 +231,188 @@ proptest! {
         }
     }
 }
+
+/// One insert of the spill property test: side, key, how far the clock moves (negative: an
+/// event that much older than the newest, out of order or late), value and headers.
+type Step = (bool, u8, i64, Option<usize>, bool);
+
+fn step() -> impl Strategy<Value = Step> {
+    let moves = prop_oneof![8 => 0i64..8, 1 => -20i64..0, 1 => -80i64..-20];
+    let value = prop_oneof![
+        1 => Just(None),
+        1 => Just(Some(0usize)),
+        4 => prop_oneof![Just(100usize), Just(1_000), Just(3_000)].prop_map(Some),
+    ];
+    (
+        any::<bool>(),
+        0u8..6,
+        moves,
+        value,
+        prop::bool::weighted(0.2),
+    )
+}
+
+fn spill_event(i: usize, &(left, key, _, value, headers): &Step, ts: i64) -> (Side, Event) {
+    let side = if left { L } else { R };
+    let mut e = ev(side, &format!("key-{key}"), ts, i as i64);
+    e.value = value.map(|len| vec![i as u8; len].into());
+    if headers {
+        e.headers = vec![crate::event::Header {
+            key: format!("h{i}"),
+            value: i.is_multiple_of(2).then(|| vec![7; i % 5]),
+        }]
+        .into();
+    }
+    (side, e)
+}
+
+/// Per side, the smallest needed offset.
+fn smallest_needed(state: &JoinState) -> [Option<i64>; 2] {
+    [L, R].map(|side| {
+        state
+            .needed_offsets()
+            .filter(|(s, _)| *s == side)
+            .map(|(_, o)| o)
+            .min()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Spilling changes where events are, never what the join does.
+    #[test]
+    fn a_state_that_spills_acts_as_one_that_does_not(
+        kind in prop_oneof![Just(JoinKind::Inner), Just(JoinKind::Left), Just(JoinKind::Outer)],
+        window_ms in 0i64..60,
+        grace_ms in 0i64..20,
+        budget in 0usize..8_192,
+        steps in prop::collection::vec(step(), 0..150),
+    ) {
+        let window = JoinWindow { window_ms, grace_ms };
+        let base = tempfile::tempdir().unwrap();
+        let mut in_ram = JoinState::new(window, kind);
+        let mut spilling = JoinState::new(window, kind);
+        spilling.spill_to(SpillDir::create(base.path()).unwrap());
+        spilling.set_ram_budget(budget);
+        let (mut want, mut got) = (Vec::new(), Vec::new());
+        let mut clock = 1_000;
+        for (i, s) in steps.iter().enumerate() {
+            clock += s.2.max(0);
+            let (side, e) = spill_event(i, s, clock + s.2.min(0));
+            in_ram.insert(side, e.clone(), &mut want);
+            spilling.insert(side, e, &mut got);
+            prop_assert_eq!(&got, &want, "after event {}", i);
+            prop_assert_eq!(spilling.held(), in_ram.held());
+            // A spilled segment gives lower bounds of what its events need: never above.
+            let offsets_of = |side| steps.iter().enumerate()
+                .filter(move |(_, s)| s.0 == (side == L)).map(|(j, _)| j as i64);
+            for (side, o) in spilling.needed_offsets() {
+                prop_assert!(offsets_of(side).any(|j| j == o), "{side:?} {o} is no offset of that side");
+            }
+            for (got, want) in smallest_needed(&spilling).into_iter().zip(smallest_needed(&in_ram)) {
+                prop_assert!(got.is_some() || want.is_none());
+                prop_assert!(got.unwrap_or(i64::MIN) <= want.unwrap_or(i64::MAX), "{got:?} > {want:?}");
+            }
+        }
+        let stats = spilling.store_stats();
+        prop_assert!(stats.read_back_bytes_total <= stats.spilled_bytes_total);
+        if spilling.held().0 == 0 {
+            prop_assert_eq!(stats.disk_bytes, 0);
+        }
+    }
+}
+
+/// `n` pairs: a left event per key, its right partner `window` later, 1 KB values.
+fn pairs(n: i64, window: i64) -> Vec<(Side, Event)> {
+    let mut events: Vec<(Side, Event)> = (0..n)
+        .flat_map(|i| {
+            let left = (L, ev(L, &format!("k{i}"), 1_000 + i, 2 * i));
+            let right = (R, ev(R, &format!("k{i}"), 1_000 + i + window, 2 * i + 1));
+            [left, right]
+        })
+        .map(|(side, mut e)| {
+            e.value = Some(vec![e.offset as u8; 1_000].into());
+            (side, e)
+        })
+        .collect();
+    events.sort_by_key(|(_, e)| e.timestamp);
+    events
+}
+
+fn run_pairs(state: &mut JoinState, events: &[(Side, Event)]) -> Vec<JoinOutcome> {
+    let mut out = Vec::new();
+    for (side, e) in events {
+        state.insert(*side, e.clone(), &mut out);
+    }
+    // Far in the future: everything expires.
+    state.insert(L, ev(L, "end", 1 << 40, 1 << 40), &mut out);
+    out
+}
+
+#[test]
+fn store_stats_count_what_was_spilled_and_read_back() {
+    let base = tempfile::tempdir().unwrap();
+    let window = JoinWindow {
+        window_ms: 500,
+        grace_ms: 0,
+    };
+    let events = pairs(2_000, 400);
+    let want = run_pairs(&mut JoinState::new(window, JoinKind::Outer), &events);
+    let mut state = JoinState::new(window, JoinKind::Outer);
+    state.spill_to(SpillDir::create(base.path()).unwrap());
+    state.set_ram_budget(256 << 10);
+    let mut got = Vec::new();
+    let mut peak = 0;
+    for (side, e) in &events {
+        state.insert(*side, e.clone(), &mut got);
+        peak = peak.max(state.store_stats().ram_bytes);
+    }
+    let stats = state.store_stats();
+    assert!(stats.spilled_bytes_total > 1 << 20, "{stats:?}");
+    assert!(stats.read_back_bytes_total > 0, "{stats:?}");
+    assert!(stats.disk_bytes > 0, "{stats:?}");
+    // The budget, the segment being filled, and the segments read back to expire.
+    assert!(peak <= (256 << 10) + 3 * (256 << 10), "peak {peak}");
+    state.insert(L, ev(L, "end", 1 << 40, 1 << 40), &mut got);
+    assert_eq!(got, want);
+    assert_eq!(
+        want.len(),
+        2_000,
+        "every pair matches; the last event does not expire"
+    );
+    let stats = state.store_stats();
+    assert_eq!(stats.disk_bytes, 0, "{stats:?}");
+    assert_eq!(
+        stats.read_back_bytes_total, stats.spilled_bytes_total,
+        "the expiry walk read every spilled segment back, once"
+    );
+}
+
+#[test]
+fn a_state_that_cannot_spill_keeps_everything_in_ram_and_joins_the_same() {
+    let base = tempfile::tempdir().unwrap();
+    let window = JoinWindow {
+        window_ms: 500,
+        grace_ms: 0,
+    };
+    let events = pairs(1_000, 400);
+    let want = run_pairs(&mut JoinState::new(window, JoinKind::Left), &events);
+    let dir = SpillDir::create(base.path()).unwrap();
+    std::fs::remove_dir_all(dir.path()).unwrap();
+    let mut state = JoinState::new(window, JoinKind::Left);
+    state.spill_to(dir);
+    state.set_ram_budget(0);
+    let mut got = Vec::new();
+    for (side, e) in &events[..1_000] {
+        state.insert(*side, e.clone(), &mut got);
+    }
+    let stats = state.store_stats();
+    assert_eq!((stats.spilled_bytes_total, stats.disk_bytes), (0, 0));
+    assert!(stats.ram_bytes > 1_000 * 1_000, "{stats:?}");
+    for (side, e) in &events[1_000..] {
+        state.insert(*side, e.clone(), &mut got);
+    }
+    state.insert(L, ev(L, "end", 1 << 40, 1 << 40), &mut got);
+    assert_eq!(got, want);
+}
