@@ -61,7 +61,9 @@ pub struct TaskQueue {
     left: VecDeque<Queued>,
     right: VecDeque<Queued>,
     max_idle_ms: i64,
-    /// When the task started waiting for an empty side.
+    /// When the task started waiting for an empty side. Kept while that side stays empty: once
+    /// it has been waited for `max_idle_ms`, the other side's records go on without a new wait
+    /// each (as Kafka Streams' enforced processing); reset when both sides have records, or none.
     idle_since: Option<i64>,
     /// Per side: records at or below this offset are replay; `None` when there is none (left).
     replay_through: [Option<i64>; 2],
@@ -234,7 +236,6 @@ impl TaskQueue {
     /// Like [`TaskQueue::next`], also giving the record's admission.
     pub fn next_record(&mut self, now_ms: i64) -> Option<(Side, Event, Admission)> {
         let side = self.choose(now_ms)?;
-        self.idle_since = None;
         let q = self
             .queue(side)
             .pop_front()
@@ -270,7 +271,10 @@ impl TaskQueue {
             };
         }
         match (self.left.front(), self.right.front()) {
-            (Some(_), Some(_)) => Some(self.older()),
+            (Some(_), Some(_)) => {
+                self.idle_since = None;
+                Some(self.older())
+            }
             (None, None) => {
                 self.idle_since = None;
                 None
@@ -402,6 +406,32 @@ mod tests {
         assert_eq!(q.bytes(Side::Left), 0);
     }
 
+    #[test]
+    fn once_an_empty_side_was_waited_for_the_other_side_runs_on_without_waiting_per_record() {
+        // The left topic is done (nothing more will come); the right has a backlog. One wait of
+        // max idle, then the right side's records go one after another: waiting again for each
+        // took one record per max idle per task (10 records/s at the default 100 ms).
+        let mut q = TaskQueue::new(100);
+        for offset in 0..5 {
+            q.push(Side::Right, ev(offset, 10 * offset));
+        }
+        assert!(q.next(0).is_none());
+        assert_eq!(drain(&mut q, 100).len(), 5);
+        // Both sides had nothing: the next lone record waits again.
+        q.push(Side::Right, ev(5, 60));
+        assert!(q.next(150).is_none());
+        assert_eq!(q.next(250).map(|(_, e)| e.offset), Some(5));
+        // A record of the waited-for side resets the wait.
+        q.push(Side::Left, ev(0, 70));
+        q.push(Side::Right, ev(6, 80));
+        assert_eq!(q.next(250).map(|(s, _)| s), Some(Side::Left));
+        assert!(
+            q.next(300).is_none(),
+            "the left side is empty again: a new wait"
+        );
+        assert_eq!(q.next(400).map(|(_, e)| e.offset), Some(6));
+    }
+
     fn ev(offset: i64, ts: i64) -> Event {
         Event {
             topic: "t".into(),
@@ -530,11 +560,19 @@ mod tests {
         assert!(q.next(0).is_none());
         assert!(q.next(BACKLOG_WAIT_MS - 1).is_none());
         assert_eq!(q.next(BACKLOG_WAIT_MS).map(|(_, e)| e.offset), Some(0));
-        // Given up at this offset: the next record waits max idle only.
-        assert!(q.next(BACKLOG_WAIT_MS + 1).is_none());
+        // Given up at this offset, and the side was waited for: the next record goes at once.
+        assert_eq!(q.next(BACKLOG_WAIT_MS).map(|(_, e)| e.offset), Some(1));
+        // Once the side moves on, a new backlog there is waited for again.
+        q.push(Side::Left, ev(2, 30));
+        q.push(Side::Right, ev(1, 25));
+        q.set_end_offset(Side::Right, Some(5));
         assert_eq!(
-            q.next(BACKLOG_WAIT_MS + 101).map(|(_, e)| e.offset),
-            Some(1)
+            q.next(BACKLOG_WAIT_MS).map(|(s, e)| (s, e.offset)),
+            Some((Side::Right, 1))
+        );
+        assert!(
+            q.next(BACKLOG_WAIT_MS + 1).is_none(),
+            "offsets 2..5 are on the broker"
         );
     }
 

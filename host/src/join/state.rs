@@ -180,24 +180,16 @@ impl JoinState {
         )
     }
 
-    /// Offsets a restart must replay to rebuild this state, by side: every held event, and for a
-    /// matched event whose expiry would be reported, its latest partner. The commit offset of each
-    /// partition must stay at or below the smallest of them. Events spilled to disk are not read:
-    /// each spilled segment gives instead a lower bound per side, which may be lower than needed
-    /// (see `store::Needs`), never higher.
+    /// Offsets a restart must replay to rebuild this state, by side: of every held event, and for
+    /// a matched event whose expiry would be reported, of its latest partner — the smallest of
+    /// each per store segment. The commit offset of each partition must stay at or below the
+    /// smallest of them. Events spilled to disk are not read: each spilled segment gives instead a
+    /// lower bound per side, which may be lower than needed (see `store::Needs`), never higher.
     pub fn needed_offsets(&self) -> impl Iterator<Item = (Side, i64)> + '_ {
         let kind = self.kind;
-        let store = &self.store;
-        let in_ram = store.live().flat_map(move |h| {
-            let head = store.head(h);
-            let reported = head.partner_offset != UNMATCHED && kind.reports_expiry(head.side);
-            std::iter::once((head.side, head.offset))
-                .chain(reported.then_some((head.side.opposite(), head.partner_offset)))
-        });
-        let spilled = store
-            .spilled_needs()
-            .flat_map(move |needs| needs.offsets(move |side| kind.reports_expiry(side)));
-        in_ram.chain(spilled)
+        self.store
+            .needs()
+            .flat_map(move |needs| needs.offsets(move |side| kind.reports_expiry(side)))
     }
 
     /// Takes one event of `side` and appends what it caused to `out`: the matches it forms, then
@@ -257,7 +249,7 @@ impl JoinState {
         while h != NO_HANDLE {
             let held = store.head(h);
             if held.side != side && (held.timestamp - ts).abs() <= window {
-                store.set_partner_offset(h, event.offset);
+                store.set_partner_offset(h, &held, event.offset);
                 partner_offset = partner_offset.max(held.offset);
                 partners.push(h);
             }
@@ -267,7 +259,8 @@ impl JoinState {
             h = held.next;
         }
         if partner_offset != UNMATCHED {
-            store.set_partner_offset(handle, partner_offset);
+            let pushed = store.head(handle);
+            store.set_partner_offset(handle, &pushed, partner_offset);
             let this = Arc::new(event);
             for &h in partners.iter() {
                 let held = Arc::new(store.event(h));

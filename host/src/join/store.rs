@@ -25,6 +25,7 @@
 mod spill;
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -70,25 +71,65 @@ const DEAD: u8 = 8;
 
 const TOMBSTONE: u32 = u32::MAX;
 
-#[derive(Default)]
 struct Segment {
     /// Empty while spilled, and once every event in it was removed.
     bytes: Vec<u8>,
     /// Events in this segment not yet removed.
     live: u32,
     spilled: Option<Spilled>,
+    /// What the segment's live events need ([`Needs`]), so that commit points cost a look per
+    /// segment, not per held event (a task holding 480,000 events spent most of its time
+    /// scanning them for every round's commit points). Kept exact for a segment in RAM:
+    /// recomputed from its records (`stale`) after an event leaves or changes partner.
+    needs: Cell<Needs>,
+    stale: Cell<bool>,
+}
+
+impl Default for Segment {
+    fn default() -> Self {
+        Segment {
+            bytes: Vec::new(),
+            live: 0,
+            spilled: None,
+            needs: Cell::new(Needs::NONE),
+            stale: Cell::new(false),
+        }
+    }
+}
+
+impl Segment {
+    /// The segment's needs, recomputed first if an event left or changed partner. A spilled
+    /// segment's are not recomputed (that would read the disk): they stay lower bounds until it
+    /// is read back.
+    fn needs(&self) -> Needs {
+        if self.stale.get() && self.spilled.is_none() {
+            let mut needs = Needs::NONE;
+            for r in records(&self.bytes) {
+                if r[FLAGS] & DEAD == 0 {
+                    needs.add(
+                        flags_side(r[FLAGS]),
+                        get_i64(r, OFFSET),
+                        get_i64(r, PARTNER),
+                    );
+                }
+            }
+            self.needs.set(needs);
+            self.stale.set(false);
+        }
+        self.needs.get()
+    }
 }
 
 struct Spilled {
     disk: Disk,
-    needs: Needs,
 }
 
-/// Lower bounds of the offsets a spilled segment's live events need, kept in RAM so that a commit
-/// (every second or faster) never reads the disk. Taken when the segment is spilled and lowered
-/// when a spilled event gets a partner, never raised: an event leaving leaves a bound lower than
-/// needed, which only holds a commit back until the segment is read back to expire.
-#[derive(Clone, Copy, Debug)]
+/// The smallest offsets a segment's live events need, per side: kept in RAM so that a commit
+/// (every second or faster) neither scans every held event nor reads the disk. Exact for a segment
+/// in RAM; for a spilled one, taken when it is spilled and only lowered after (an event leaving
+/// leaves a bound lower than needed, which holds a commit back until the segment is read back to
+/// expire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Needs {
     /// By side, the smallest offset of a live event of that side; `i64::MAX` for none.
     own: [i64; 2],
@@ -298,6 +339,9 @@ impl EventStore {
             }
         }
         segment.live += 1;
+        let mut needs = segment.needs.get();
+        needs.add(links.side, event.offset, links.partner_offset);
+        segment.needs.set(needs);
         self.live_bytes += size;
         if self.resident > self.spill_above {
             self.spill_oldest();
@@ -317,23 +361,15 @@ impl EventStore {
         while self.resident > self.budget && self.spill_from < filling {
             let segment = &mut self.segments[(self.spill_from - self.first) as usize];
             if segment.live > 0 {
-                let mut needs = Needs::NONE;
-                for r in records(&segment.bytes) {
-                    if r[FLAGS] & DEAD == 0 {
-                        needs.add(
-                            flags_side(r[FLAGS]),
-                            get_i64(r, OFFSET),
-                            get_i64(r, PARTNER),
-                        );
-                    }
-                }
+                // Exact as it goes out: it cannot be recomputed while on disk.
+                segment.needs();
                 let Some(disk) = spill.write(&segment.bytes) else {
                     self.spill_above = usize::MAX;
                     return;
                 };
                 self.resident -= segment.bytes.capacity();
                 segment.bytes = Vec::new();
-                segment.spilled = Some(Spilled { disk, needs });
+                segment.spilled = Some(Spilled { disk });
             }
             self.spill_from += 1;
         }
@@ -348,6 +384,8 @@ impl EventStore {
             segment.bytes = spill.read_back(&spilled.disk);
             spill.release(&spilled.disk);
             self.resident += segment.bytes.capacity();
+            // Back in RAM: its bounds can be made exact again.
+            segment.stale.set(true);
         }
     }
 
@@ -360,6 +398,7 @@ impl EventStore {
         let filling = ix + 1 == self.segments.len();
         let segment = &mut self.segments[ix];
         segment.live -= 1;
+        segment.stale.set(true);
         if segment.live == 0 {
             if let Some(spilled) = segment.spilled.take() {
                 let spill = self.spill.as_mut().expect("spilled with a spill dir");
@@ -393,22 +432,20 @@ impl EventStore {
         i64::from_ne_bytes(self.field(h, PARTNER))
     }
 
-    pub fn set_partner_offset(&mut self, h: Handle, offset: i64) {
+    /// Sets the offset of `h`'s latest partner; `head` is what [`Self::head`] read of it (its
+    /// side and the partner it replaces, passed in so that a spilled event is not read twice).
+    /// Its segment's needs take the new partner; one it replaces is dropped when the segment is
+    /// recomputed (in RAM).
+    pub fn set_partner_offset(&mut self, h: Handle, head: &Head, offset: i64) {
         self.set_field(h, PARTNER, offset.to_ne_bytes());
-        if self.spill.is_some() {
-            self.lower_partner_need(h, offset);
-        }
-    }
-
-    /// A spilled event's segment needs `offset` now: its [`Needs`] must not be above it.
-    #[cold]
-    fn lower_partner_need(&mut self, h: Handle, offset: i64) {
         let (ix, _) = self.split(h);
-        if self.segments[ix].spilled.is_some() {
-            let i = side_ix(self.side(h));
-            if let Some(spilled) = &mut self.segments[ix].spilled {
-                spilled.needs.partner[i] = spilled.needs.partner[i].min(offset);
-            }
+        let segment = &self.segments[ix];
+        let mut needs = segment.needs.get();
+        let i = side_ix(head.side);
+        needs.partner[i] = needs.partner[i].min(offset);
+        segment.needs.set(needs);
+        if head.partner_offset != UNMATCHED {
+            segment.stale.set(true);
         }
     }
 
@@ -517,8 +554,8 @@ impl EventStore {
         }
     }
 
-    /// Every live event in RAM, in the order they were pushed; for the spilled ones, see
-    /// [`Self::spilled_needs`].
+    /// Every live event in RAM, in the order they were pushed.
+    #[cfg(test)]
     pub fn live(&self) -> impl Iterator<Item = Handle> + '_ {
         self.segments.iter().enumerate().flat_map(move |(ix, s)| {
             let number = self.first + ix as u64;
@@ -531,11 +568,12 @@ impl EventStore {
         })
     }
 
-    /// What the live events of each spilled segment need, at most (see [`Needs`]).
-    pub fn spilled_needs(&self) -> impl Iterator<Item = &Needs> + '_ {
+    /// What the live events of each segment need (see [`Needs`]).
+    pub fn needs(&self) -> impl Iterator<Item = Needs> + '_ {
         self.segments
             .iter()
-            .filter_map(|s| s.spilled.as_ref().map(|s| &s.needs))
+            .filter(|s| s.live > 0)
+            .map(Segment::needs)
     }
 
     /// Bytes the live events take, headers included.

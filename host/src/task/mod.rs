@@ -5,7 +5,7 @@
 //!
 //! The I/O layer's loop, per task: `push` consumed records; `run` to get a [`Batch`]; produce the
 //! batch and wait for every acknowledgement; `acknowledge` it; then take `commit_points` (every
-//! round: they scan the held events), which the I/O layer commits every second. Records count as
+//! round: a look per state segment), which the I/O layer commits every second. Records count as
 //! processed only once their batch is acknowledged.
 //! [`pool`] runs a round of tasks on several actions at once.
 

@@ -266,6 +266,22 @@ fn spill_event(i: usize, &(left, key, _, value, headers): &Step, ts: i64) -> (Si
     (side, e)
 }
 
+/// Per side, the smallest needed offset, from every held event one by one (as needed_offsets
+/// did before it kept a summary per store segment).
+fn smallest_needed_by_scan(state: &JoinState) -> [Option<i64>; 2] {
+    let mut min = [None::<i64>; 2];
+    for h in state.store.live() {
+        let head = state.store.head(h);
+        let i = (head.side == R) as usize;
+        min[i] = Some(min[i].map_or(head.offset, |m| m.min(head.offset)));
+        if head.partner_offset != UNMATCHED && state.kind.reports_expiry(head.side) {
+            let j = 1 - i;
+            min[j] = Some(min[j].map_or(head.partner_offset, |m| m.min(head.partner_offset)));
+        }
+    }
+    min
+}
+
 /// Per side, the smallest needed offset.
 fn smallest_needed(state: &JoinState) -> [Option<i64>; 2] {
     [L, R].map(|side| {
@@ -304,6 +320,8 @@ proptest! {
             spilling.insert(side, e, &mut got);
             prop_assert_eq!(&got, &want, "after event {}", i);
             prop_assert_eq!(spilling.held(), in_ram.held());
+            // In RAM, the per-segment summaries are exact.
+            prop_assert_eq!(smallest_needed(&in_ram), smallest_needed_by_scan(&in_ram));
             // A spilled segment gives lower bounds of what its events need: never above.
             let offsets_of = |side| steps.iter().enumerate()
                 .filter(move |(_, s)| s.0 == (side == L)).map(|(j, _)| j as i64);
