@@ -203,17 +203,19 @@ impl Host {
         };
         let started = Instant::now();
         let (mut last_lag, mut last_commit) = (started - LAG_INTERVAL, started);
+        // A task stopped at its batch budget last round with records left: no waiting to poll.
+        let mut more = false;
         while !shutdown.load(Ordering::Relaxed) {
             // Consume what is there (bounded), waiting at most 50 ms for the first record.
             for polled in 0..POLL_PER_ROUND {
-                let wait = if polled == 0 { 50 } else { 0 };
+                let wait = if polled == 0 && !more { 50 } else { 0 };
                 let record = source.poll(Duration::from_millis(wait))?;
                 self.apply_rebalance(&source, &mut run)?;
                 let Some(record) = record else { break };
                 run.consumed[record.side as usize] += 1;
                 self.queue(&source, &mut run, record)?;
             }
-            self.round(&source, &mut sink, &mut workers, &mut run, started)?;
+            more = self.round(&source, &mut sink, &mut workers, &mut run, started)?;
             self.report_waiting(&mut run);
             if last_lag.elapsed() >= LAG_INTERVAL {
                 run.lags = source.lag(run.tasks.keys().copied());
@@ -298,7 +300,7 @@ impl Host {
     }
 
     /// Runs every task that can run, produces the batches, acknowledges them and publishes the
-    /// tasks' commit points.
+    /// tasks' commit points. True when a task stopped at its batch budget (it has more to do).
     fn round(
         &self,
         source: &Source,
@@ -306,16 +308,19 @@ impl Host {
         workers: &mut [MeteredAction],
         run: &mut Running,
         started: Instant,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let now = started.elapsed().as_millis() as i64;
         let wall_clock = crate::admin::now_ms() as i64;
         let mut running = Vec::new();
         let state_budget = run.state_budget();
+        let marks = run.marks();
         for task in run.tasks.values_mut() {
             if task.halted().is_some() {
                 continue;
             }
             task.set_state_budget(state_budget);
+            // A task's outputs in flight count against its queue share, both sides' worth.
+            task.set_batch_budget(2 * marks.high);
             task.set_wall_clock(wall_clock);
             task.set_end_offsets(source.cached_end_offsets(task.partition));
             running.push(task);
@@ -324,8 +329,10 @@ impl Host {
         // Every task's batch is sent, then all are awaited at once: one round trip per round.
         if let Delivered::Aborted(why) = sink.deliver(&mut batches, &mut run.tasks)? {
             Happened::TransactionAborted { why: &why }.emit(&self.metrics);
-            return self.rewind_all(source, run);
+            self.rewind_all(source, run)?;
+            return Ok(false);
         }
+        let more = batches.iter().any(|(_, b)| b.is_full());
         for (partition, batch) in batches {
             let Some(task) = run.tasks.get_mut(&partition) else {
                 continue;
@@ -345,7 +352,8 @@ impl Host {
         for (p, task) in run.tasks.iter_mut() {
             source.publish(*p, task.commit_points());
         }
-        self.resume_drained(source, run)
+        self.resume_drained(source, run)?;
+        Ok(more)
     }
 
     /// Applies what the rebalance callbacks recorded: stops the tasks that lost a partition,

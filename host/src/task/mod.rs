@@ -185,6 +185,34 @@ pub enum Emit {
 pub struct Batch {
     pub emits: Vec<Emit>,
     through: [Option<i64>; 2],
+    /// What the emits take in memory, about (their records and input events).
+    bytes: usize,
+    /// The run stopped at its budget: the task may have more records to take now.
+    full: bool,
+}
+
+impl Batch {
+    pub fn is_full(&self) -> bool {
+        self.full
+    }
+
+    fn push(&mut self, emit: Emit) {
+        let inputs = match &emit {
+            Emit::Output { record, inputs } => {
+                self.bytes += record.key.as_ref().map_or(0, Vec::len)
+                    + record.value.as_ref().map_or(0, Vec::len)
+                    + record
+                        .headers
+                        .iter()
+                        .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+                        .sum::<usize>();
+                inputs
+            }
+            Emit::DeadLetter(d) => &d.inputs,
+        };
+        self.bytes += inputs.iter().map(|e| e.footprint()).sum::<usize>();
+        self.emits.push(emit);
+    }
 }
 
 /// Counts per task, for metrics and tests.
@@ -252,6 +280,10 @@ pub struct PartitionTask {
     last_points: [CommitPoint; 2],
     /// The latest timestamp accepted: the wall clock the host last gave plus `max_future_ms`.
     latest_timestamp_ms: i64,
+    /// A `run` stops taking records once its batch holds this many bytes (the rest waits for
+    /// the next round): the outputs of a round are held until the broker acknowledges them, and
+    /// one record can close the windows of thousands of events.
+    batch_budget: usize,
     pub counters: TaskCounters,
 }
 
@@ -288,6 +320,7 @@ impl PartitionTask {
             last_points: start,
             // Until the host says what time it is, no timestamp is too far ahead.
             latest_timestamp_ms: i64::MAX,
+            batch_budget: usize::MAX,
             counters: TaskCounters::default(),
         }
     }
@@ -408,7 +441,14 @@ impl PartitionTask {
         self.state.store_stats()
     }
 
-    /// Processes every record the queue allows at `now_ms`. `sleep` waits between retries.
+    /// The bytes a batch may reach before `run` stops taking records (its share of
+    /// `memory.queue_bytes`). A single record's outcomes are never split.
+    pub fn set_batch_budget(&mut self, bytes: usize) {
+        self.batch_budget = bytes;
+    }
+
+    /// Processes every record the queue allows at `now_ms`, or until the batch passes its budget.
+    /// `sleep` waits between retries.
     pub fn run(
         &mut self,
         now_ms: i64,
@@ -417,7 +457,7 @@ impl PartitionTask {
     ) -> Batch {
         let mut batch = Batch::default();
         let mut outcomes = Vec::new();
-        while self.halted.is_none() {
+        while self.halted.is_none() && batch.bytes < self.batch_budget {
             let Some((side, event, admission)) = self.queue.next_record(now_ms) else {
                 break;
             };
@@ -476,6 +516,7 @@ impl PartitionTask {
             self.pending_from[i].get_or_insert(offset);
             batch.through[i] = Some(offset);
         }
+        batch.full = batch.bytes >= self.batch_budget;
         let stats = self.state.store_stats();
         self.counters.spilled_bytes = stats.spilled_bytes_total;
         self.counters.read_back_bytes = stats.read_back_bytes_total;
@@ -491,7 +532,7 @@ impl PartitionTask {
     ) {
         if policy == RecordPolicy::DeadLetter {
             self.counters.dead_lettered += 1;
-            batch.emits.push(Emit::DeadLetter(DeadLetter {
+            batch.push(Emit::DeadLetter(DeadLetter {
                 reason,
                 inputs: vec![Arc::new(event)],
             }));
@@ -535,7 +576,7 @@ impl PartitionTask {
             Ok(records) => {
                 for record in records {
                     match self.policy.outputs.refusal(record.topic.as_deref()) {
-                        None => batch.emits.push(Emit::Output {
+                        None => batch.push(Emit::Output {
                             record,
                             inputs: inputs.clone(),
                         }),
@@ -548,7 +589,7 @@ impl PartitionTask {
             Err(failure) => match self.policy.failure {
                 FailurePolicy::DeadLetter => {
                     self.counters.dead_lettered += inputs.len() as u64;
-                    batch.emits.push(Emit::DeadLetter(DeadLetter {
+                    batch.push(Emit::DeadLetter(DeadLetter {
                         reason: DeadLetterReason::Failed {
                             failure,
                             plugin_version: action.version(),
@@ -579,7 +620,7 @@ impl PartitionTask {
         match self.policy.failure {
             FailurePolicy::DeadLetter => {
                 self.counters.dead_lettered += inputs.len() as u64;
-                batch.emits.push(Emit::DeadLetter(DeadLetter {
+                batch.push(Emit::DeadLetter(DeadLetter {
                     reason: DeadLetterReason::OutputRefused { error },
                     inputs,
                 }));

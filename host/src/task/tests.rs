@@ -433,3 +433,29 @@ fn a_side_over_its_high_mark_pauses_once_and_resumes_at_its_low_mark_unless_halt
         })
         .is_empty());
 }
+
+#[test]
+fn a_run_stops_at_its_batch_budget_and_the_next_run_goes_on() {
+    let mut task = PartitionTask::new(0, policy(), FRESH);
+    let mut plugin = FakePlugin::default();
+    for i in 0..10 {
+        let key = format!("k{i}");
+        task.push(Side::Left, ev(Side::Left, i, &key, 100 + i));
+        task.push(Side::Right, ev(Side::Right, i, &key, 100 + i));
+    }
+    // Room for about one match's output and inputs: each run stops after the record that
+    // passed it, and says so.
+    task.set_batch_budget(1);
+    let mut outputs = 0;
+    for _ in 0..10 {
+        let batch = task.run(0, &mut plugin, &mut |_| {});
+        assert!(batch.is_full());
+        assert_eq!(values(&batch).len(), 1, "{:?}", values(&batch));
+        outputs += batch.emits.len();
+        task.acknowledge(batch);
+    }
+    assert_eq!(outputs, 10);
+    assert_eq!(task.queued(), 0);
+    task.set_batch_budget(usize::MAX);
+    assert!(!task.run(0, &mut plugin, &mut |_| {}).is_full());
+}
