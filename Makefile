@@ -7,6 +7,7 @@
 #                peers (a table, ratios, a chart)
 #   make bench-latency  end-to-end latency p50/p99, at-least-once against exactly-once
 #   make plugins build every plugin component into build/plugins/
+#   make wheel   a wheel carrying the cojoin binary, in build/wheels/ (pip install it for a `cojoin`)
 #   make kafka   start a single-node Apache Kafka broker on 127.0.0.1:9092 (the README walk-through);
 #                make kafka-stop stops it
 #   make soak    the checks at scale that stay out of CI: repeated kill -9 rounds, a one-minute
@@ -28,7 +29,7 @@ HOST := target/release/cojoin
 KAFKA_LIBS := tests/kafka/target/kafka-libs
 KAFKA_PORT ?= 9092
 
-.PHONY: all demo test bench bench-matcher bench-join bench-latency plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak soak-memory
+.PHONY: all demo test bench bench-matcher bench-join bench-latency plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak soak-memory wheel
 all: plugins host
 
 # --- toolchains ---------------------------------------------------------------------------------
@@ -109,6 +110,10 @@ plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm $(
 # afterwards would compile wasmtime a second time (about 7 minutes here).
 host:
 	$(CARGO) test --release --workspace --no-run
+
+# The binary `host` built, packed by packaging/wheel.py (stdlib only, offline; see its docstring).
+wheel: host
+	$(PY) packaging/wheel.py $(HOST) host/Cargo.toml build/wheels
 
 demo: plugins host
 	$(HOST) demo --plugin $(OUT)/order_paid_python.wasm

@@ -16,6 +16,8 @@
 //! - [`metrics`]: what a running host counts, encoded as OpenMetrics text by prometheus-client.
 //! - [`plugin`]: the WebAssembly side — engine, sandbox, instances, hot-swap registry.
 //!   It depends on `event` only; the Kafka side will not import it, nor it the Kafka side.
+//! - [`project`]: a plugin project on disk — `cojoin plugin new` (embedded templates), `build`
+//!   (the language's toolchain) and `deploy` (an upload to a running host's admin server).
 //! - [`replay`]: `cojoin plugin test` — a recorded stream through the real tasks and plugin.
 //! - [`report`]: each thing in a host's life (group joined, tasks assigned, commits, swaps), logged
 //!   and counted in one place.
@@ -37,6 +39,7 @@ pub mod json;
 pub mod kafka;
 pub mod metrics;
 pub mod plugin;
+pub mod project;
 pub mod replay;
 pub mod report;
 pub mod run;

@@ -1,6 +1,6 @@
 //! The `cojoin` command line. Exit codes: 0 ok, 2 fatal (bad input, plugin cannot load),
 //! 3 the plugin returned an error, 4 the plugin trapped (or a task halted); `check` exits 1 when
-//! it finds a problem.
+//! it finds a problem, `plugin deploy` when the host refuses the upload.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -104,14 +104,59 @@ enum PluginCommand {
     /// Run a recorded stream through the real matcher and plugin, without Kafka, and print what
     /// would be produced (JSON lines; dead letters carry "dead_letter"). A summary goes to stderr.
     Test(TestArgs),
+    /// Write a new plugin project: the action, its unit test, the WIT contract, a cojoin.toml and
+    /// sample events for `plugin test` and `plugin call`, and a README.
+    New(NewArgs),
+    /// Build a project's component with its language's toolchain (componentize-py, cargo,
+    /// componentize-js) to the project's plugin.path; prints the path, size and sha256.
+    Build {
+        /// The project directory.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Upload a component to a running host, which validates it and swaps it in; prints the
+    /// version now live, or why the host refused it (then exits 1).
+    Deploy(DeployArgs),
+}
+
+#[derive(Args)]
+struct NewArgs {
+    /// The plugin's name: a letter, then letters, digits, '-' or '_'.
+    name: String,
+    /// The language: python, rust or js.
+    #[arg(long, default_value = "python", value_parser = parse_lang)]
+    lang: cojoin::project::Lang,
+    /// Where to write the project [default: ./<name>]; must not exist.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+fn parse_lang(s: &str) -> Result<cojoin::project::Lang, String> {
+    s.parse()
+        .map_err(|e: cojoin::project::ProjectError| e.to_string())
+}
+
+#[derive(Args)]
+struct DeployArgs {
+    /// The component [default: plugin.path of ./cojoin.toml, what `plugin build` wrote].
+    wasm: Option<PathBuf>,
+    /// The host's admin server (admin.bind).
+    #[arg(long, default_value = "http://127.0.0.1:9464")]
+    admin: String,
+    /// The host's admin.token, when it has one [default: $COJOIN_ADMIN_TOKEN].
+    #[arg(long)]
+    token: Option<String>,
+    /// The version's name on the host [default: the file name without .wasm].
+    #[arg(long)]
+    name: Option<String>,
 }
 
 #[derive(Args)]
 struct TestArgs {
-    /// The plugin component (.wasm); overrides plugin.path of the config.
-    plugin: PathBuf,
+    /// The plugin component (.wasm) [default: plugin.path of the config].
+    plugin: Option<PathBuf>,
     /// The host config (join topics, window, policies, plugin limits).
-    #[arg(long)]
+    #[arg(long, default_value = "cojoin.toml")]
     config: PathBuf,
     /// Events as JSON lines, each with the topic (join.left or join.right) and partition.
     #[arg(long)]
@@ -184,6 +229,9 @@ fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Plugin(PluginCommand::Call(args)) => plugin_call(args),
         Command::Plugin(PluginCommand::Test(args)) => plugin_test(args),
+        Command::Plugin(PluginCommand::New(args)) => plugin_new(args),
+        Command::Plugin(PluginCommand::Build { dir }) => plugin_build(&dir),
+        Command::Plugin(PluginCommand::Deploy(args)) => plugin_deploy(args),
         Command::Run { config } => run_host(&config),
         Command::Demo(args) => demo(args),
         Command::Generate {
@@ -471,7 +519,7 @@ fn plugin_test(args: TestArgs) -> Result<ExitCode> {
     let config = cojoin::config::Config::from_file(&args.config)?;
     let events = std::fs::read_to_string(&args.events)
         .with_context(|| format!("cannot read events file {:?}", args.events))?;
-    let registry = load_plugin(&config, &args.config, Some(&args.plugin))?;
+    let registry = load_plugin(&config, &args.config, args.plugin.as_deref())?;
     let mut worker = cojoin::run::action::MeteredAction::new(registry.handle()?);
     let result = cojoin::replay::replay(&config, &events, &mut worker)
         .with_context(|| format!("events file {:?}", args.events))?;
@@ -513,4 +561,108 @@ fn plugin_test(args: TestArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(4)
     })
+}
+
+fn plugin_new(args: NewArgs) -> Result<ExitCode> {
+    use cojoin::project::template;
+
+    let files = template::files(args.lang, &args.name)?;
+    let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
+    template::write(&dir, &files)?;
+    let test = match args.lang {
+        cojoin::project::Lang::Python => "python -m pytest",
+        cojoin::project::Lang::Rust => "cargo test",
+        cojoin::project::Lang::Js => "node --test",
+    };
+    println!(
+        "created {} ({}, {} files); next:",
+        dir.display(),
+        args.lang,
+        files.len()
+    );
+    println!("  cd {}", dir.display());
+    println!("  {test:<50} # the unit tests, no Wasm");
+    println!(
+        "  {:<50} # the component, build/{}.wasm",
+        "cojoin plugin build", args.name
+    );
+    println!(
+        "  {:<50} # the sample stream through the join",
+        "cojoin plugin test --events samples/events.jsonl"
+    );
+    println!(
+        "  {:<50} # live on a running host",
+        "cojoin plugin deploy --admin http://127.0.0.1:9464"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn plugin_build(dir: &std::path::Path) -> Result<ExitCode> {
+    let absolute =
+        std::path::absolute(dir).with_context(|| format!("project directory {dir:?}"))?;
+    let built = cojoin::project::build::build(&absolute)?;
+    // The path as the user named the project: `build/x.wasm` when built in place.
+    let inside = built.path.strip_prefix(&absolute).unwrap_or(&built.path);
+    let shown = if dir == std::path::Path::new(".") {
+        inside.to_owned()
+    } else {
+        dir.join(inside)
+    };
+    println!(
+        "built {} ({}, {:.1} MB, sha256 {})",
+        shown.display(),
+        built.lang,
+        built.bytes as f64 / 1e6,
+        built.sha256
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn plugin_deploy(args: DeployArgs) -> Result<ExitCode> {
+    use cojoin::project::deploy::{deploy, Outcome};
+
+    let wasm = match args.wasm {
+        Some(path) => path,
+        None => cojoin::project::build::output_path(std::path::Path::new(".")),
+    };
+    let bytes = std::fs::read(&wasm).with_context(|| {
+        format!(
+            "cannot read the component {wasm:?}: give its path, or run `cojoin plugin build` first"
+        )
+    })?;
+    let name = match args.name {
+        Some(name) => name,
+        None => wasm
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .with_context(|| format!("{wasm:?} has no file name: give --name"))?,
+    };
+    let token = args
+        .token
+        .or_else(|| std::env::var("COJOIN_ADMIN_TOKEN").ok());
+    match deploy(&args.admin, token.as_deref(), &name, &bytes)? {
+        Outcome::Live(v) => {
+            println!(
+                "live on {}: {} generation {} sha256 {}",
+                args.admin,
+                v["name"].as_str().unwrap_or("?"),
+                v["generation"],
+                v["sha256"].as_str().unwrap_or("?")
+            );
+            match &v["persisted"] {
+                serde_json::Value::String(file) => println!("kept by the host as {file}"),
+                _ => println!("not kept by the host: it serves until its plugin.path changes or it restarts (point plugin.path at a directory to keep uploads)"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Refused { error, running } => {
+            eprintln!("refused by {}: {error}", args.admin);
+            eprintln!("still running: {running}");
+            Ok(ExitCode::from(1))
+        }
+        Outcome::Failed { status, body } => {
+            eprintln!("{} answered {status}: {body}", args.admin);
+            Ok(ExitCode::from(1))
+        }
+    }
 }

@@ -1,0 +1,264 @@
+//! `cojoin plugin new / build / test / deploy`: the path a new user takes, from nothing to a plugin
+//! live on a running host, run as they would run it: in the project directory, with the
+//! project's own test tool, and no file edited.
+
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use cojoin_e2e::{cojoin_bin, http, plugin, root};
+use serde_json::Value;
+
+/// `cojoin args…` in `dir`, with the suite's compile cache.
+fn cojoin_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(cojoin_bin())
+        .args(args)
+        .current_dir(dir)
+        .env("COJOIN_CACHE_DIR", root().join("target/e2e-plugin-cache"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running cojoin")
+}
+
+fn ok(what: &str, out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// A new `lang` project named `name` in a fresh directory, as `cojoin plugin new` writes it.
+fn new_project(name: &str, lang: &str) -> (tempfile::TempDir, PathBuf) {
+    let parent = tempfile::tempdir().unwrap();
+    let out = cojoin_in(parent.path(), &["plugin", "new", name, "--lang", lang]);
+    let stdout = ok("plugin new", out);
+    assert!(
+        stdout.contains("cojoin plugin build"),
+        "the next steps are shown: {stdout}"
+    );
+    let dir = parent.path().join(name);
+    (parent, dir)
+}
+
+/// `cojoin plugin build` in the project: the component's path and sha256 from what it prints.
+fn build(dir: &Path, name: &str) -> (PathBuf, String) {
+    let stdout = ok("plugin build", cojoin_in(dir, &["plugin", "build"]));
+    let wasm = dir.join(format!("build/{name}.wasm"));
+    assert!(
+        stdout.starts_with(&format!("built build/{name}.wasm (")),
+        "{stdout}"
+    );
+    let sha = stdout
+        .split("sha256 ")
+        .nth(1)
+        .and_then(|s| s.get(..64))
+        .unwrap_or_else(|| panic!("no sha256 in {stdout:?}"))
+        .to_owned();
+    assert!(wasm.is_file());
+    (wasm, sha)
+}
+
+/// `cojoin plugin test` on the generated samples, with the generated config: what each key
+/// became.
+fn replay_outcomes(dir: &Path) -> Vec<(String, String)> {
+    let out = cojoin_in(dir, &["plugin", "test", "--events", "samples/events.jsonl"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = ok("plugin test", out);
+    assert!(
+        stderr.contains("records 5, matches 2, expiries 1"),
+        "{stderr}"
+    );
+    let mut outcomes: Vec<(String, String)> = stdout
+        .lines()
+        .map(|l| {
+            let line: Value = serde_json::from_str(l).unwrap();
+            let body: Value = serde_json::from_str(line["value"].as_str().unwrap()).unwrap();
+            (
+                body["key"].as_str().unwrap().to_owned(),
+                body["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    outcomes.sort();
+    outcomes
+}
+
+fn expected_outcomes() -> Vec<(String, String)> {
+    [
+        ("order-1", "matched"),
+        ("order-2", "unmatched"),
+        ("order-3", "matched"),
+    ]
+    .map(|(k, s)| (k.to_owned(), s.to_owned()))
+    .to_vec()
+}
+
+/// `cojoin demo`, running until dropped, and its admin URL.
+struct Demo {
+    child: Child,
+    admin: String,
+}
+
+impl Demo {
+    fn start() -> Demo {
+        let wasm = plugin("order_paid_rust.wasm");
+        let mut child = Command::new(cojoin_bin())
+            .args(["demo", "--quiet", "--events", "200000", "--plugin"])
+            .arg(wasm)
+            .env("COJOIN_CACHE_DIR", root().join("target/e2e-plugin-cache"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting cojoin demo");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(url) = line.split("admin: ").nth(1) {
+                    let _ = tx.send(url.split("/metrics").next().unwrap_or(url).to_owned());
+                }
+            }
+        });
+        let admin = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the demo prints its admin URL within 30 s");
+        Demo { child, admin }
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_new_python_plugin_passes_its_tests_builds_replays_and_goes_live_on_a_running_host() {
+    let (_parent, dir) = new_project("hello", "python");
+
+    // The unit tests, under ordinary CPython with the template's stand-ins (pytest from `make`).
+    let python = root().join(".venv/bin/python");
+    assert!(python.exists(), "{python:?} is missing: run `make` first");
+    let out = Command::new(&python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stdout = ok("pytest", out);
+    assert!(stdout.contains("3 passed"), "{stdout}");
+
+    let (_wasm, sha) = build(&dir, "hello");
+    assert_eq!(replay_outcomes(&dir), expected_outcomes());
+    let call = ok(
+        "plugin call",
+        cojoin_in(
+            &dir,
+            &[
+                "plugin",
+                "call",
+                "build/hello.wasm",
+                "--a",
+                "samples/order.json",
+                "--b",
+                "samples/payment.json",
+            ],
+        ),
+    );
+    assert!(call.contains(r#"\"status\":\"matched\""#), "{call}");
+
+    let demo = Demo::start();
+    let deployed = ok(
+        "plugin deploy",
+        cojoin_in(&dir, &["plugin", "deploy", "--admin", &demo.admin]),
+    );
+    assert!(
+        deployed.contains(&format!("hello generation 2 sha256 {sha}")),
+        "{deployed}"
+    );
+    let live: Value =
+        serde_json::from_str(&http::get(&format!("{}/plugins", demo.admin)).body).unwrap();
+    assert_eq!(
+        (live["name"].as_str(), live["sha256"].as_str()),
+        (Some("hello"), Some(sha.as_str()))
+    );
+
+    // What the host refuses is reported with its reason, and the exit code says so.
+    let broken = dir.join("build/broken.wasm");
+    std::fs::write(&broken, b"not a component").unwrap();
+    let out = cojoin_in(
+        &dir,
+        &[
+            "plugin",
+            "deploy",
+            "build/broken.wasm",
+            "--admin",
+            &demo.admin,
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("refused by") && stderr.contains("still running: hello@"),
+        "{stderr}"
+    );
+}
+
+/// Rust and JS projects share a cargo target directory across runs, so only the first run
+/// compiles wit-bindgen.
+fn shared_cargo_target() -> PathBuf {
+    root().join("target/e2e-plugin-projects")
+}
+
+#[test]
+fn a_new_rust_plugin_passes_cargo_test_builds_and_replays() {
+    let (_parent, dir) = new_project("hello-rs", "rust");
+    let out = Command::new("cargo")
+        .args(["test", "--quiet"])
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", shared_cargo_target())
+        .output()
+        .unwrap();
+    let stdout = ok("cargo test", out);
+    assert!(stdout.contains("3 passed"), "{stdout}");
+    let out = Command::new(cojoin_bin())
+        .args(["plugin", "build"])
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", shared_cargo_target())
+        .output()
+        .unwrap();
+    let stdout = ok("plugin build", out);
+    assert!(
+        stdout.starts_with("built build/hello-rs.wasm (rust"),
+        "{stdout}"
+    );
+    assert_eq!(replay_outcomes(&dir), expected_outcomes());
+}
+
+#[test]
+fn a_new_js_plugin_passes_node_test_builds_and_replays() {
+    let (_parent, dir) = new_project("hello-js", "js");
+    let stdout = ok(
+        "node --test",
+        Command::new("node")
+            .arg("--test")
+            .current_dir(&dir)
+            .output()
+            .unwrap(),
+    );
+    assert!(stdout.contains("# pass 3"), "{stdout}");
+    // componentize-js comes from the checkout (plugins/js, installed by `make`), found through
+    // the cojoin binary's location.
+    build(&dir, "hello-js");
+    assert_eq!(replay_outcomes(&dir), expected_outcomes());
+}
