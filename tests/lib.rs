@@ -57,3 +57,16 @@ pub fn cojoin(args: &[&str]) -> Output {
         .output()
         .expect("running cojoin")
 }
+
+/// The stdout of a command that must have succeeded; otherwise panics with `what`, its status,
+/// stdout and stderr.
+pub fn ok(what: &str, out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}

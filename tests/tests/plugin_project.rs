@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use cojoin_e2e::{cojoin_bin, http, plugin, root};
+use cojoin_e2e::{cojoin_bin, http, ok, plugin, root};
 use serde_json::Value;
 
 /// `cojoin args…` in `dir`, with the suite's compile cache.
@@ -20,17 +20,6 @@ fn cojoin_in(dir: &Path, args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("running cojoin")
-}
-
-fn ok(what: &str, out: Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// A new `lang` project named `name` in a fresh directory, as `cojoin plugin new` writes it.

@@ -4,18 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use cojoin_e2e::{cojoin_bin, root};
-
-fn ok(what: &str, out: Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
+use cojoin_e2e::{cojoin_bin, ok, root};
 
 fn run(program: impl AsRef<std::ffi::OsStr>, args: &[&str], dir: &Path) -> Output {
     Command::new(program)
