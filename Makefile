@@ -111,12 +111,13 @@ plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm $(
 host:
 	$(CARGO) test --release --workspace --no-run
 
-# The binary `host` built, packed by packaging/wheel.py (stdlib only, offline; see its docstring).
-wheel: host
-	$(PY) packaging/wheel.py $(HOST) host/Cargo.toml build/wheels
+# The binary `host` built and the demo's Python plugin, packed by packaging/wheel.py (stdlib only,
+# offline; see its docstring).
+wheel: host $(OUT)/order_paid_python.wasm
+	$(PY) packaging/wheel.py $(HOST) host/Cargo.toml build/wheels $(OUT)/order_paid_python.wasm
 
 demo: plugins host
-	$(HOST) demo --plugin $(OUT)/order_paid_python.wasm
+	$(HOST) demo
 
 test: plugins kafka-libs
 	@mkdir -p build

@@ -1,6 +1,7 @@
 //! Helpers shared by the end-to-end suites in `tests/tests/`.
 
 pub mod broker;
+pub mod demo;
 pub mod hosts;
 pub mod http;
 pub mod plot;

@@ -2,12 +2,11 @@
 //! live on a running host, run as they would run it: in the project directory, with the
 //! project's own test tool, and no file edited.
 
-use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use cojoin_e2e::demo::RunningDemo;
 use cojoin_e2e::{cojoin_bin, http, ok, plugin, root};
 use serde_json::Value;
 
@@ -88,48 +87,37 @@ fn expected_outcomes() -> Vec<(String, String)> {
     .to_vec()
 }
 
-/// `cojoin demo`, running until dropped, and its admin URL.
-struct Demo {
-    child: Child,
-    admin: String,
-}
-
-impl Demo {
-    fn start() -> Demo {
-        let wasm = plugin("order_paid_rust.wasm");
-        let mut child = Command::new(cojoin_bin())
-            .args(["demo", "--quiet", "--events", "200000", "--plugin"])
-            .arg(wasm)
-            .env("COJOIN_CACHE_DIR", root().join("target/e2e-plugin-cache"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting cojoin demo");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Some(url) = line.split("admin: ").nth(1) {
-                    let _ = tx.send(url.split("/metrics").next().unwrap_or(url).to_owned());
-                }
-            }
-        });
-        let admin = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the demo prints its admin URL within 30 s");
-        Demo { child, admin }
-    }
-}
-
-impl Drop for Demo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `cojoin plugin deploy` of the project's build to a running demo: the host's `/plugins` then
+/// names the project's component, and the demo's results become the template's ("matched"
+/// instead of the example's "paid").
+fn deploy_and_see_it_serve(dir: &Path, name: &str, sha: &str) -> RunningDemo {
+    let mut demo = RunningDemo::start(&plugin("order_paid_rust.wasm"));
+    assert!(
+        demo.wait_for(Duration::from_secs(60), |l| l.starts_with("  paid "))
+            .is_some(),
+        "the demo serves the example plugin first"
+    );
+    let deployed = ok(
+        "plugin deploy",
+        cojoin_in(dir, &["plugin", "deploy", "--admin", &demo.admin]),
+    );
+    assert!(
+        deployed.contains(&format!("{name} generation 2 sha256 {sha}")),
+        "{deployed}"
+    );
+    let live: Value =
+        serde_json::from_str(&http::get(&format!("{}/plugins", demo.admin)).body).unwrap();
+    assert_eq!(
+        (live["name"].as_str(), live["sha256"].as_str()),
+        (Some(name), Some(sha))
+    );
+    demo.skip_printed();
+    assert!(
+        demo.wait_for(Duration::from_secs(60), |l| l.starts_with("  matched "))
+            .is_some(),
+        "the host's results are the new plugin's within 60 s of the deploy"
+    );
+    demo
 }
 
 #[test]
@@ -166,21 +154,7 @@ fn a_new_python_plugin_passes_its_tests_builds_replays_and_goes_live_on_a_runnin
     );
     assert!(call.contains(r#"\"status\":\"matched\""#), "{call}");
 
-    let demo = Demo::start();
-    let deployed = ok(
-        "plugin deploy",
-        cojoin_in(&dir, &["plugin", "deploy", "--admin", &demo.admin]),
-    );
-    assert!(
-        deployed.contains(&format!("hello generation 2 sha256 {sha}")),
-        "{deployed}"
-    );
-    let live: Value =
-        serde_json::from_str(&http::get(&format!("{}/plugins", demo.admin)).body).unwrap();
-    assert_eq!(
-        (live["name"].as_str(), live["sha256"].as_str()),
-        (Some("hello"), Some(sha.as_str()))
-    );
+    let demo = deploy_and_see_it_serve(&dir, "hello", &sha);
 
     // What the host refuses is reported with its reason, and the exit code says so.
     let broken = dir.join("build/broken.wasm");
@@ -210,7 +184,7 @@ fn shared_cargo_target() -> PathBuf {
 }
 
 #[test]
-fn a_new_rust_plugin_passes_cargo_test_builds_and_replays() {
+fn a_new_rust_plugin_passes_cargo_test_builds_replays_and_goes_live() {
     let (_parent, dir) = new_project("hello-rs", "rust");
     let out = Command::new("cargo")
         .args(["test", "--quiet"])
@@ -231,11 +205,13 @@ fn a_new_rust_plugin_passes_cargo_test_builds_and_replays() {
         stdout.starts_with("built build/hello-rs.wasm (rust"),
         "{stdout}"
     );
+    let sha = stdout.split("sha256 ").nth(1).unwrap()[..64].to_owned();
     assert_eq!(replay_outcomes(&dir), expected_outcomes());
+    deploy_and_see_it_serve(&dir, "hello-rs", &sha);
 }
 
 #[test]
-fn a_new_js_plugin_passes_node_test_builds_and_replays() {
+fn a_new_js_plugin_passes_node_test_builds_replays_and_goes_live() {
     let (_parent, dir) = new_project("hello-js", "js");
     let stdout = ok(
         "node --test",
@@ -248,6 +224,7 @@ fn a_new_js_plugin_passes_node_test_builds_and_replays() {
     assert!(stdout.contains("# pass 3"), "{stdout}");
     // componentize-js comes from the checkout (plugins/js, installed by `make`), found through
     // the cojoin binary's location.
-    build(&dir, "hello-js");
+    let (_wasm, sha) = build(&dir, "hello-js");
     assert_eq!(replay_outcomes(&dir), expected_outcomes());
+    deploy_and_see_it_serve(&dir, "hello-js", &sha);
 }

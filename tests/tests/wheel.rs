@@ -1,5 +1,6 @@
 //! The wheel `make wheel` builds (packaging/wheel.py): pip installs it into a fresh venv, offline,
-//! and the `cojoin` command it gives works on its own, templates included.
+//! and the `cojoin` command it gives works on its own: templates included, and the demo with the
+//! example plugin the wheel carries, run from a directory that is not the checkout.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -28,6 +29,9 @@ fn pip_install_of_the_wheel_gives_a_working_cojoin_command() {
                 bin.to_str().unwrap(),
                 root().join("host/Cargo.toml").to_str().unwrap(),
                 "wheels",
+                cojoin_e2e::plugin("order_paid_python.wasm")
+                    .to_str()
+                    .unwrap(),
             ],
             t,
         ),
@@ -59,4 +63,19 @@ fn pip_install_of_the_wheel_gives_a_working_cojoin_command() {
     );
     assert!(t.join("from-pip/src/lib.rs").is_file());
     assert!(t.join("from-pip/wit/plugin.wit").is_file());
+
+    let out = Command::new(&cojoin)
+        .args(["demo", "--events", "200", "--quiet"])
+        .current_dir(t)
+        .env("COJOIN_CACHE_DIR", root().join("target/e2e-plugin-cache"))
+        .output()
+        .expect("starting cojoin demo");
+    let summary = ok("cojoin demo from the wheel", out);
+    assert!(summary.contains("events        200 ("), "{summary}");
+    let paid: usize = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("paid          "))
+        .and_then(|l| l.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no paid count in {summary}"));
+    assert!(paid > 0, "the demo matched nothing: {summary}");
 }
