@@ -5,6 +5,7 @@
 #   make bench-matcher  the join core alone (criterion), and heap bytes per held event
 #   make bench-join  the join on Apache Kafka against the bare consumer, Kafka Streams and the Python
 #                peers (a table, ratios, a chart)
+#   make bench-edit  edit-to-live for a Python plugin: save app.py -> build -> deploy -> serving
 #   make bench-latency  end-to-end latency p50/p99, at-least-once against exactly-once
 #   make plugins build every plugin component into build/plugins/
 #   make wheel   a wheel carrying the cojoin binary, in build/wheels/ (pip install it for a `cojoin`)
@@ -29,7 +30,7 @@ HOST := target/release/cojoin
 KAFKA_LIBS := tests/kafka/target/kafka-libs
 KAFKA_PORT ?= 9092
 
-.PHONY: all demo test bench bench-matcher bench-join bench-latency plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak soak-memory wheel
+.PHONY: all demo test bench bench-matcher bench-join bench-edit bench-latency plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak soak-memory wheel
 all: plugins host
 
 # --- toolchains ---------------------------------------------------------------------------------
@@ -144,6 +145,10 @@ $(KSTREAMS)/target/.built: $(KSTREAMS)/pom.xml $(KSTREAMS)/src/main/java/dev/coj
 bench-join: plugins host kafka-libs $(VENV_BENCH)/.installed $(KSTREAMS)/target/.built
 	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) PYTHON_BENCH=$(CURDIR)/$(VENV_BENCH)/bin/python \
 	  $(CARGO) bench -p cojoin-e2e --bench join
+
+# From saving a Python plugin's app.py to its first result on a running demo host, 5 rounds.
+bench-edit: plugins host
+	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) bench -p cojoin-e2e --bench edit_to_live
 
 # End-to-end latency (payment sent -> output read by a read_committed reader), p50 and p99,
 # at-least-once against exactly-once, on Apache Kafka.

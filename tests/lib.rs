@@ -50,9 +50,15 @@ pub fn plugin(file: &str) -> PathBuf {
 
 /// Runs `cojoin` with `args`, a test-local compile cache and no stdin.
 pub fn cojoin(args: &[&str]) -> Output {
+    cojoin_in(&root(), args)
+}
+
+/// [`cojoin`] run in `dir`.
+pub fn cojoin_in(dir: &std::path::Path, args: &[&str]) -> Output {
     let cache = root().join("target/e2e-plugin-cache");
     Command::new(cojoin_bin())
         .args(args)
+        .current_dir(dir)
         .env("COJOIN_CACHE_DIR", cache)
         .stdin(std::process::Stdio::null())
         .output()

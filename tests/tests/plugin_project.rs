@@ -3,23 +3,12 @@
 //! project's own test tool, and no file edited.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use cojoin_e2e::demo::RunningDemo;
-use cojoin_e2e::{cojoin_bin, http, ok, plugin, root};
+use cojoin_e2e::{cojoin_bin, cojoin_in, http, ok, plugin, root};
 use serde_json::Value;
-
-/// `cojoin args…` in `dir`, with the suite's compile cache.
-fn cojoin_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(cojoin_bin())
-        .args(args)
-        .current_dir(dir)
-        .env("COJOIN_CACHE_DIR", root().join("target/e2e-plugin-cache"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("running cojoin")
-}
 
 /// A new `lang` project named `name` in a fresh directory, as `cojoin plugin new` writes it.
 fn new_project(name: &str, lang: &str) -> (tempfile::TempDir, PathBuf) {
@@ -154,7 +143,44 @@ fn a_new_python_plugin_passes_its_tests_builds_replays_and_goes_live_on_a_runnin
     );
     assert!(call.contains(r#"\"status\":\"matched\""#), "{call}");
 
-    let demo = deploy_and_see_it_serve(&dir, "hello", &sha);
+    let mut demo = deploy_and_see_it_serve(&dir, "hello", &sha);
+
+    // Only the body of app.py changes: the build reuses the component with the new source
+    // embedded (no componentize-py), and the host serves it once deployed.
+    let app = dir.join("app.py");
+    let text = std::fs::read_to_string(&app).unwrap();
+    std::fs::write(
+        &app,
+        text.replace("\"status\": \"matched\"", "\"status\": \"edited\""),
+    )
+    .unwrap();
+    let rebuilt = ok("plugin build", cojoin_in(&dir, &["plugin", "build"]));
+    assert!(
+        rebuilt.starts_with("built build/hello.wasm (python, app.py only, "),
+        "{rebuilt}"
+    );
+    let replayed = ok(
+        "plugin test",
+        cojoin_in(
+            &dir,
+            &["plugin", "test", "--events", "samples/events.jsonl"],
+        ),
+    );
+    assert_eq!(
+        replayed.matches(r#"\"status\":\"edited\""#).count(),
+        2,
+        "{replayed}"
+    );
+    ok(
+        "plugin deploy",
+        cojoin_in(&dir, &["plugin", "deploy", "--admin", &demo.admin]),
+    );
+    demo.skip_printed();
+    assert!(
+        demo.wait_for(Duration::from_secs(60), |l| l.starts_with("  edited "))
+            .is_some(),
+        "the edited app.py serves on the host"
+    );
 
     // What the host refuses is reported with its reason, and the exit code says so.
     let broken = dir.join("build/broken.wasm");

@@ -246,8 +246,9 @@ pub(crate) fn build(dir: &std::path::Path) -> Result<ExitCode> {
     } else {
         dir.join(inside)
     };
+    let how = if built.app_only { ", app.py only" } else { "" };
     println!(
-        "built {} ({}, {:.1} MB, sha256 {})",
+        "built {} ({}{how}, {:.1} MB, sha256 {})",
         shown.display(),
         built.lang,
         built.bytes as f64 / 1e6,

@@ -1,5 +1,5 @@
 //! The one wasmtime `Engine` of a host, its linker (WASI p2 + `cojoin:plugin/host`), the compile
-//! cache, and the epoch ticker that enforces call deadlines.
+//! caches (whole components, and functions), and the epoch ticker that enforces call deadlines.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +14,7 @@ use wasmtime::{Config, Engine};
 use super::bindings::PluginBindings;
 use super::cache::{CacheOutcome, CompileCache};
 use super::error::LoadError;
+use super::function_cache::FunctionCache;
 use super::sandbox::StoreState;
 
 /// How the engine is built; fixed for the life of the host.
@@ -41,6 +42,8 @@ impl Default for EngineOptions {
 pub struct CompiledPlugin {
     pub(crate) component: Component,
     pub sha256: String,
+    /// Init config the component carries ([`super::embedded`]), passed before the host's.
+    pub embedded_config: Vec<(String, String)>,
     pub cache: CacheOutcome,
     pub compile_time: Duration,
 }
@@ -58,6 +61,16 @@ impl PluginEngine {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.consume_fuel(options.fuel);
+        if let Some(dir) = &options.cache_dir {
+            let functions = FunctionCache::new(dir.join("functions")).map_err(|e| {
+                LoadError::Engine(format!(
+                    "cannot create the compiled-function cache in {dir:?}: {e} (set another cache directory)"
+                ))
+            })?;
+            config
+                .enable_incremental_compilation(Arc::new(functions))
+                .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
+        }
         let engine = Engine::new(&config).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
@@ -90,9 +103,22 @@ impl PluginEngine {
         check_header(plugin, bytes)?;
         let sha256 = hex::encode(Sha256::digest(bytes));
         let started = Instant::now();
+        let embedded = super::embedded::split(bytes).map_err(|message| LoadError::Compile {
+            plugin: plugin.to_owned(),
+            message,
+        })?;
+        // The code without the embedded config, and its own hash for the compiled-code cache.
+        let (code, code_sha, embedded_config) = match &embedded {
+            Some(e) => (
+                &e.code[..],
+                hex::encode(Sha256::digest(&e.code)),
+                e.config.clone(),
+            ),
+            None => (bytes, sha256.clone(), Vec::new()),
+        };
         let result = match &self.cache {
-            Some(cache) => cache.load(&self.engine, &sha256, bytes),
-            None => Component::new(&self.engine, bytes).map(|c| (c, CacheOutcome::Uncached)),
+            Some(cache) => cache.load(&self.engine, &code_sha, code),
+            None => Component::new(&self.engine, code).map(|c| (c, CacheOutcome::Uncached)),
         };
         let (component, cache) = result.map_err(|e| LoadError::Compile {
             plugin: plugin.to_owned(),
@@ -101,6 +127,7 @@ impl PluginEngine {
         Ok(CompiledPlugin {
             component,
             sha256,
+            embedded_config,
             cache,
             compile_time: started.elapsed(),
         })

@@ -59,6 +59,16 @@ impl PluginVersion {
             .map_err(wrong_world)?;
         let pre = PluginBindingsPre::new(instance_pre).map_err(wrong_world)?;
         let label: Arc<str> = format!("{name}@{}", &compiled.sha256[..12]).into();
+        let config = if compiled.embedded_config.is_empty() {
+            config
+        } else {
+            compiled
+                .embedded_config
+                .iter()
+                .chain(config.iter())
+                .cloned()
+                .collect()
+        };
         Ok(PluginVersion {
             name: name.to_owned(),
             generation,

@@ -10,8 +10,10 @@
 
 mod bindings;
 mod cache;
+pub mod embedded;
 pub mod engine;
 pub mod error;
+mod function_cache;
 pub mod instance;
 pub mod limits;
 pub mod registry;

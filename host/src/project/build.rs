@@ -20,6 +20,9 @@ pub struct Built {
     pub path: PathBuf,
     pub bytes: u64,
     pub sha256: String,
+    /// Python: the component kept from an earlier build, with the new `app.py` embedded
+    /// ([`super::python`]).
+    pub app_only: bool,
 }
 
 /// The language of the project in `dir`, from the files `cojoin plugin new` writes.
@@ -62,12 +65,11 @@ pub fn build(dir: &Path) -> Result<Built, ProjectError> {
     std::fs::create_dir_all(parent).map_err(ProjectError::io(parent))?;
     let partial = out.with_extension("wasm.partial");
     let program = toolchain::find(Tool::for_lang(lang), dir)?;
+    let mut app_only = false;
     match lang {
         Lang::Python => {
-            let mut cmd = Command::new(&program);
-            cmd.args(["-d", "wit", "-w", "plugin", "componentize", "app", "-o"])
-                .arg(&partial);
-            run(cmd, dir, "")?;
+            app_only = super::python::build(dir, &program, &partial)?
+                == super::python::PythonBuild::AppOnly;
         }
         Lang::Js => {
             let mut cmd = Command::new(&program);
@@ -113,10 +115,11 @@ pub fn build(dir: &Path) -> Result<Built, ProjectError> {
         path: out,
         bytes: bytes.len() as u64,
         sha256: hex::encode(Sha256::digest(&bytes)),
+        app_only,
     })
 }
 
-fn run(mut cmd: Command, dir: &Path, hint: &str) -> Result<(), ProjectError> {
+pub(super) fn run(mut cmd: Command, dir: &Path, hint: &str) -> Result<(), ProjectError> {
     let shown = format!("{cmd:?}").replace('"', "");
     let status = cmd
         .current_dir(dir)

@@ -4,7 +4,7 @@ use cojoin::plugin::{
     CacheOutcome, EngineOptions, LoadError, PluginEngine, PluginLimits, PluginRegistry,
 };
 
-use super::{engine, plugin_path, registry};
+use super::{engine, event, plugin_path, registry};
 
 fn load(
     bytes: &[u8],
@@ -76,8 +76,15 @@ fn a_compiled_component_is_cached_on_disk_and_a_corrupt_entry_is_recompiled() {
         CacheOutcome::Hit
     );
 
-    for entry in std::fs::read_dir(dir.path()).unwrap() {
-        std::fs::write(entry.unwrap().path(), b"corrupt").unwrap();
+    let cwasm = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+            .collect::<Vec<_>>()
+    };
+    for path in cwasm() {
+        std::fs::write(path, b"corrupt").unwrap();
     }
     let compiled = fresh_engine().compile("p", &bytes).unwrap();
     assert_eq!(compiled.cache, CacheOutcome::Compiled);
@@ -85,6 +92,41 @@ fn a_compiled_component_is_cached_on_disk_and_a_corrupt_entry_is_recompiled() {
         fresh_engine().compile("p", &bytes).unwrap().cache,
         CacheOutcome::Hit
     );
+
+    // The per-function cache (functions/) corrupt too: compiled again, and the code works.
+    let mut corrupted = 0;
+    let mut dirs = vec![dir.path().join("functions")];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                std::fs::write(path, b"corrupt").unwrap();
+                corrupted += 1;
+            }
+        }
+    }
+    assert!(
+        corrupted > 10,
+        "the function cache holds the plugin's functions"
+    );
+    for path in cwasm() {
+        std::fs::remove_file(path).unwrap();
+    }
+    let registry =
+        PluginRegistry::new(fresh_engine(), "p", PluginLimits::default(), vec![], &bytes).unwrap();
+    assert_eq!(registry.current().compiled.cache, CacheOutcome::Compiled);
+    let (a, b) = (
+        event("orders", "order-1", 1),
+        event("payments", "order-1", 2),
+    );
+    let out = registry
+        .handle()
+        .unwrap()
+        .on_match(a.key_bytes(), &a, &b)
+        .unwrap();
+    assert_eq!(out.len(), 1);
 }
 
 #[test]
