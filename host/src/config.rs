@@ -269,6 +269,73 @@ pub struct JoinConfig {
     /// Default: `join`.
     #[serde(default)]
     pub tombstones: TombstonePolicy,
+    /// Where a left record's join key comes from: `"record-key"`, or a JSON pointer into its value
+    /// (`"/order_id"`), which repartitions the side. A value that is not JSON or lacks the field
+    /// follows `null_keys`. Default: `"record-key"`.
+    #[serde(default)]
+    pub left_key: KeySelector,
+    /// The same for the right topic.
+    #[serde(default)]
+    pub right_key: KeySelector,
+    /// `auto`: a side whose key is a field of the value, or whose partition count differs, is
+    /// re-keyed into an internal topic `<group>-<topic>-repartition` that the join reads instead;
+    /// `never`: such a join is refused. Default: `auto`.
+    #[serde(default)]
+    pub repartition: RepartitionPolicy,
+    /// Partition count of the internal topics, and so the join's parallelism, when repartitioning.
+    /// Default: the count of the side that is not repartitioned, else the larger count.
+    #[serde(default)]
+    pub partitions: Option<usize>,
+}
+
+/// Where a side's join key comes from.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(try_from = "String")]
+pub enum KeySelector {
+    /// The record's key, as produced.
+    #[default]
+    RecordKey,
+    /// A JSON pointer (RFC 6901) into the value, e.g. `/order_id` or `/customer/id`.
+    Pointer(String),
+}
+
+impl TryFrom<String> for KeySelector {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        if s == "record-key" {
+            Ok(KeySelector::RecordKey)
+        } else if s.starts_with('/') && s.len() > 1 {
+            Ok(KeySelector::Pointer(s))
+        } else {
+            Err(format!(
+                "{s:?} is neither \"record-key\" nor a JSON pointer into the value; use \"record-key\" or a pointer such as \"/order_id\""
+            ))
+        }
+    }
+}
+
+impl KeySelector {
+    pub fn is_record_key(&self) -> bool {
+        *self == KeySelector::RecordKey
+    }
+}
+
+impl std::fmt::Display for KeySelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeySelector::RecordKey => f.write_str("record-key"),
+            KeySelector::Pointer(p) => f.write_str(p),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RepartitionPolicy {
+    #[default]
+    Auto,
+    Never,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -488,6 +555,27 @@ impl Config {
                 "join.right",
                 "is the same topic as join.left",
                 "join two different topics",
+            );
+        }
+        if self.join.repartition == RepartitionPolicy::Never {
+            for (field, selector) in [
+                ("join.left_key", &self.join.left_key),
+                ("join.right_key", &self.join.right_key),
+            ] {
+                if !selector.is_record_key() {
+                    return invalid(
+                        field,
+                        &format!("is {selector}, a field of the value, which needs repartitioning, but join.repartition is \"never\""),
+                        "set join.repartition = \"auto\", or key the records by that field when producing them",
+                    );
+                }
+            }
+        }
+        if self.join.partitions == Some(0) {
+            return invalid(
+                "join.partitions",
+                "is zero",
+                "give the internal topics' partition count, e.g. 6, or leave it out",
             );
         }
         if self.join.window.is_zero() {

@@ -18,6 +18,8 @@
 //!   It depends on `event` only; the Kafka side will not import it, nor it the Kafka side.
 //! - [`project`]: a plugin project on disk — `cojoin plugin new` (embedded templates), `build`
 //!   (the language's toolchain) and `deploy` (an upload to a running host's admin server).
+//! - [`repartition`]: which sides of a join are re-keyed into internal topics (a field of the value
+//!   as key, unequal partition counts), and a record's join key. Pure.
 //! - [`replay`]: `cojoin plugin test` — a recorded stream through the real tasks and plugin.
 //! - [`report`]: each thing in a host's life (group joined, tasks assigned, commits, swaps), logged
 //!   and counted in one place.
@@ -26,7 +28,7 @@
 //! - [`task`]: `PartitionTask`, one co-partitioned task: join core + an action, emitting what to
 //!   produce and what to commit. Pure; the plugin is behind its `Action` trait.
 //! - [`wiring`]: the config turned into task policies and plugin limits.
-//! - `main.rs`: the `cojoin` command line.
+//! - `main.rs`, `cli/`: the `cojoin` command line.
 
 pub mod admin;
 pub mod check;
@@ -40,6 +42,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod plugin;
 pub mod project;
+pub mod repartition;
 pub mod replay;
 pub mod report;
 pub mod run;

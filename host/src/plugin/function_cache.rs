@@ -1,6 +1,6 @@
 //! Cranelift's incremental compilation cache on disk: compiled code per function, keyed by a
 //! hash of the function's IR and the compiler's settings. Two builds of a Python plugin differ in
-//! the interpreter's memory snapshot, not in its ~20,000 functions, so a new version compiles
+//! the interpreter's memory snapshot, not in its ~12,800 functions, so a new version compiles
 //! from this cache in a fraction of the time a whole compile takes; the same holds for most of a
 //! Rust or JS plugin's code between two edits. It sits beside the whole-component cache
 //! ([`super::cache`]), which only helps when the very same bytes come back.

@@ -1,0 +1,173 @@
+//! Repartitioning: which sides of a join are re-keyed into internal topics, and why. Pure; the
+//! Kafka side is `kafka::repartitioner`.
+//!
+//! A side is repartitioned when its join key is a field of the value (`join.left_key` /
+//! `right_key`), when the two topics' partition counts differ, or when `join.partitions` asks
+//! for another count than it has. Its records are written, re-keyed, with murmur2 (Java's
+//! partitioner, as Kafka Streams writes its repartition topics) to
+//! `<group>-<topic>-repartition`, keeping timestamp and headers; the join reads that topic in its
+//! place. With unequal counts and no field selected, the side with fewer partitions is the one
+//! repartitioned, to the larger count: the other side is read as it is, and the join keeps the
+//! larger parallelism.
+
+pub mod key;
+
+use crate::config::{JoinConfig, KeySelector, RepartitionPolicy};
+use crate::event::Side;
+
+/// A side that is re-keyed into an internal topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SidePlan {
+    pub side: Side,
+    /// The topic it is read from.
+    pub source: String,
+    /// The internal topic it is written to and the join reads.
+    pub internal: String,
+    pub key: KeySelector,
+    /// Why, for logs and `cojoin check`.
+    pub why: String,
+}
+
+/// What the join reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The topics the join consumes, left then right: a source topic or an internal one.
+    pub join_topics: [String; 2],
+    /// The join's partition count (of every topic it reads).
+    pub partitions: usize,
+    /// The repartitioned sides (none, one or both).
+    pub sides: Vec<SidePlan>,
+}
+
+/// The internal topic of `topic` for the join group `group`.
+pub fn internal_topic(group: &str, topic: &str) -> String {
+    format!("{group}-{topic}-repartition")
+}
+
+/// Decides, from the config and the source topics' partition counts. With `never` (or a topic
+/// without partitions) nothing is repartitioned, and the join's own check of its topics' counts
+/// refuses unequal ones as before.
+pub fn plan(join: &JoinConfig, group: &str, left_count: usize, right_count: usize) -> Plan {
+    let topics = [join.left.clone(), join.right.clone()];
+    let keys = [join.left_key.clone(), join.right_key.clone()];
+    let counts = [left_count, right_count];
+    if join.repartition == RepartitionPolicy::Never || counts.contains(&0) {
+        return Plan {
+            join_topics: topics,
+            partitions: left_count,
+            sides: Vec::new(),
+        };
+    }
+    let by_field = [!keys[0].is_record_key(), !keys[1].is_record_key()];
+    let partitions = join.partitions.unwrap_or(match by_field {
+        [true, false] => right_count,
+        [false, true] => left_count,
+        _ => left_count.max(right_count),
+    });
+    let mut sides = Vec::new();
+    let mut join_topics = topics.clone();
+    for i in 0..2 {
+        let other = 1 - i;
+        let why = if by_field[i] {
+            format!(
+                "its join key is {} in the value ({}_key)",
+                keys[i],
+                ["left", "right"][i]
+            )
+        } else if counts[i] != partitions {
+            if join.partitions.is_some() {
+                format!(
+                    "it has {} partitions, join.partitions is {partitions}",
+                    counts[i]
+                )
+            } else {
+                format!(
+                    "it has {} partitions, {} has {}",
+                    counts[i], topics[other], counts[other]
+                )
+            }
+        } else {
+            continue;
+        };
+        let internal = internal_topic(group, &topics[i]);
+        join_topics[i] = internal.clone();
+        sides.push(SidePlan {
+            side: [Side::Left, Side::Right][i],
+            source: topics[i].clone(),
+            internal,
+            key: keys[i].clone(),
+            why,
+        });
+    }
+    Plan {
+        join_topics,
+        partitions,
+        sides,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join(extra: &str) -> JoinConfig {
+        let text = format!(
+            "[kafka]\nbootstrap_servers = \"b:9092\"\ngroup_id = \"g\"\n[join]\nleft = \"orders\"\nright = \"payments\"\nwindow = \"5m\"\n{extra}\n[plugin]\npath = \"p.wasm\"\n[output]\ntopic = \"out\"\n"
+        );
+        crate::config::Config::parse(&text).unwrap().join
+    }
+
+    #[test]
+    fn co_partitioned_topics_keyed_by_their_record_key_are_read_as_they_are() {
+        let p = plan(&join(""), "g", 6, 6);
+        assert_eq!(p.join_topics, ["orders".to_owned(), "payments".to_owned()]);
+        assert_eq!((p.partitions, p.sides.len()), (6, 0));
+    }
+
+    #[test]
+    fn unequal_counts_repartition_the_smaller_side_to_the_larger_count() {
+        let p = plan(&join(""), "g", 6, 4);
+        assert_eq!(
+            p.join_topics,
+            ["orders".to_owned(), "g-payments-repartition".to_owned()]
+        );
+        assert_eq!(p.partitions, 6);
+        assert_eq!(p.sides[0].why, "it has 4 partitions, orders has 6");
+        let p = plan(&join(""), "g", 2, 4);
+        assert_eq!(p.sides[0].source, "orders");
+        assert_eq!(p.partitions, 4);
+    }
+
+    #[test]
+    fn a_key_in_the_value_repartitions_that_side_to_the_other_sides_count() {
+        let p = plan(&join("right_key = \"/order_id\""), "g", 6, 4);
+        assert_eq!(p.partitions, 6);
+        assert_eq!(p.sides.len(), 1);
+        assert_eq!(p.sides[0].key, KeySelector::Pointer("/order_id".into()));
+        assert!(p.sides[0].why.contains("/order_id"), "{}", p.sides[0].why);
+        // Both sides by field: the larger count; join.partitions overrides, and a side whose
+        // count differs from it is repartitioned even when keyed by its record key.
+        let both = plan(
+            &join("left_key = \"/id\"\nright_key = \"/order_id\""),
+            "g",
+            3,
+            4,
+        );
+        assert_eq!((both.partitions, both.sides.len()), (4, 2));
+        let fixed = plan(&join("partitions = 8"), "g", 8, 4);
+        assert_eq!((fixed.partitions, fixed.sides.len()), (8, 1));
+        assert!(fixed.sides[0].why.contains("join.partitions is 8"));
+    }
+
+    #[test]
+    fn never_reads_the_topics_as_they_are_and_refuses_a_field_key() {
+        let p = plan(&join("repartition = \"never\""), "g", 6, 4);
+        assert_eq!((p.sides.len(), &p.join_topics[1][..]), (0, "payments"));
+        let text = "[kafka]\nbootstrap_servers = \"b:9092\"\ngroup_id = \"g\"\n[join]\nleft = \"orders\"\nright = \"payments\"\nwindow = \"5m\"\nrepartition = \"never\"\nright_key = \"/order_id\"\n[plugin]\npath = \"p.wasm\"\n[output]\ntopic = \"out\"\n";
+        let err = crate::config::Config::parse(text).unwrap_err().to_string();
+        assert!(err.contains("join.right_key") && err.contains("auto"), "{err}");
+        let bad = "[kafka]\nbootstrap_servers = \"b:9092\"\ngroup_id = \"g\"\n[join]\nleft = \"orders\"\nright = \"payments\"\nwindow = \"5m\"\nright_key = \"order_id\"\n[plugin]\npath = \"p.wasm\"\n[output]\ntopic = \"out\"\n";
+        let err = crate::config::Config::parse(bad).unwrap_err().to_string();
+        assert!(err.contains("/order_id"), "{err}");
+    }
+}
