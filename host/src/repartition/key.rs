@@ -24,7 +24,9 @@ impl NoKey {
         match self {
             NoKey::NullKey => "the record has no key".to_owned(),
             NoKey::NoValue => "the record has no value to take the join key from".to_owned(),
-            NoKey::NotJson(e) => format!("the value is not JSON ({e}), so it has no join key field"),
+            NoKey::NotJson(e) => {
+                format!("the value is not JSON ({e}), so it has no join key field")
+            }
             NoKey::Missing(p) => format!("the value has no {p} (or it is null)"),
             NoKey::NotScalar(p) => {
                 format!("{p} in the value is an object or an array, not a key")
@@ -69,7 +71,10 @@ mod tests {
     #[test]
     fn a_field_of_the_value_is_the_key_as_text() {
         let v = br#"{"order_id":"o-1","n":42,"ok":true,"nested":{"id":"x"}}"#;
-        assert_eq!(select(&pointer("/order_id"), None, Some(v)).unwrap(), b"o-1");
+        assert_eq!(
+            select(&pointer("/order_id"), None, Some(v)).unwrap(),
+            b"o-1"
+        );
         assert_eq!(select(&pointer("/n"), Some(b"k"), Some(v)).unwrap(), b"42");
         assert_eq!(select(&pointer("/ok"), None, Some(v)).unwrap(), b"true");
         assert_eq!(select(&pointer("/nested/id"), None, Some(v)).unwrap(), b"x");
@@ -86,7 +91,10 @@ mod tests {
             select(&KeySelector::RecordKey, None, Some(v)),
             Err(NoKey::NullKey)
         );
-        assert_eq!(select(&pointer("/order_id"), None, None), Err(NoKey::NoValue));
+        assert_eq!(
+            select(&pointer("/order_id"), None, None),
+            Err(NoKey::NoValue)
+        );
         assert_eq!(
             select(&pointer("/order_id"), None, Some(v)),
             Err(NoKey::Missing("/order_id".into()))

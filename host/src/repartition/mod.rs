@@ -112,7 +112,7 @@ mod tests {
 
     fn join(extra: &str) -> JoinConfig {
         let text = format!(
-            "[kafka]\nbootstrap_servers = \"b:9092\"\ngroup_id = \"g\"\n[join]\nleft = \"orders\"\nright = \"payments\"\nwindow = \"5m\"\n{extra}\n[plugin]\npath = \"p.wasm\"\n[output]\ntopic = \"out\"\n"
+            "[kafka]\nbootstrap_servers = \"b:9092\"\ngroup_id = \"g\"\n[join]\nleft = \"orders\"\nright = \"payments\"\nwindow = \"5m\"\n{extra}\n[plugin]\npath = \"p.wasm\"\n[output]\ntopic = \"out\"\ndead_letter_topic = \"dlq\"\n"
         );
         crate::config::Config::parse(&text).unwrap().join
     }
@@ -163,10 +163,13 @@ mod tests {
     fn never_reads_the_topics_as_they_are_and_refuses_a_field_key() {
         let p = plan(&join("repartition = \"never\""), "g", 6, 4);
         assert_eq!((p.sides.len(), &p.join_topics[1][..]), (0, "payments"));
-        let text = "[kafka]\nbootstrap_servers = \"b:9092\"\ngroup_id = \"g\"\n[join]\nleft = \"orders\"\nright = \"payments\"\nwindow = \"5m\"\nrepartition = \"never\"\nright_key = \"/order_id\"\n[plugin]\npath = \"p.wasm\"\n[output]\ntopic = \"out\"\n";
+        let text = "[kafka]\nbootstrap_servers = \"b:9092\"\ngroup_id = \"g\"\n[join]\nleft = \"orders\"\nright = \"payments\"\nwindow = \"5m\"\nrepartition = \"never\"\nright_key = \"/order_id\"\n[plugin]\npath = \"p.wasm\"\n[output]\ntopic = \"out\"\ndead_letter_topic = \"dlq\"\n";
         let err = crate::config::Config::parse(text).unwrap_err().to_string();
-        assert!(err.contains("join.right_key") && err.contains("auto"), "{err}");
-        let bad = "[kafka]\nbootstrap_servers = \"b:9092\"\ngroup_id = \"g\"\n[join]\nleft = \"orders\"\nright = \"payments\"\nwindow = \"5m\"\nright_key = \"order_id\"\n[plugin]\npath = \"p.wasm\"\n[output]\ntopic = \"out\"\n";
+        assert!(
+            err.contains("join.right_key") && err.contains("auto"),
+            "{err}"
+        );
+        let bad = "[kafka]\nbootstrap_servers = \"b:9092\"\ngroup_id = \"g\"\n[join]\nleft = \"orders\"\nright = \"payments\"\nwindow = \"5m\"\nright_key = \"order_id\"\n[plugin]\npath = \"p.wasm\"\n[output]\ntopic = \"out\"\ndead_letter_topic = \"dlq\"\n";
         let err = crate::config::Config::parse(bad).unwrap_err().to_string();
         assert!(err.contains("/order_id"), "{err}");
     }
