@@ -195,13 +195,20 @@ impl Kafka {
 
     /// The next offset of each partition of `topic` (its high watermark), from the broker.
     pub fn end_offsets(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        self.watermarks(topic, partitions)
+            .into_iter()
+            .map(|(_, high)| high)
+            .collect()
+    }
+
+    /// (first offset still there, next offset) of each partition of `topic`.
+    pub fn watermarks(&self, topic: &str, partitions: i32) -> Vec<(i64, i64)> {
         let consumer: BaseConsumer = self.client().create().unwrap();
         (0..partitions)
             .map(|p| {
                 consumer
                     .fetch_watermarks(topic, p, Duration::from_secs(10))
                     .unwrap_or_else(|e| panic!("watermarks of {topic}-{p}: {e}"))
-                    .1
             })
             .collect()
     }

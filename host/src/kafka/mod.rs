@@ -11,6 +11,7 @@ pub mod client;
 pub mod pairing;
 pub mod partitioner;
 pub mod protocol;
+pub mod repartitioner;
 pub mod sink;
 pub mod source;
 pub mod transaction;

@@ -32,12 +32,14 @@ use crate::event::Side;
 use crate::join::{CommitPoint, SpillDir};
 use crate::kafka::pairing::Pairing;
 use crate::kafka::protocol::{self, Protocol};
+use crate::kafka::repartitioner::{self, Repartitioner};
 use crate::kafka::sink::{Acknowledged, Delivered, Sink};
 use crate::kafka::source::{Record, Source};
 use crate::kafka::transaction::{self, Outcome};
 use crate::kafka::{assignment, client};
 use crate::metrics::{Metrics, TaskGauges};
 use crate::plugin::PluginRegistry;
+use crate::repartition;
 use crate::report::Happened;
 use crate::task::backpressure::{self, QueueMarks};
 use crate::task::{pool, PartitionTask, TaskCounters, TaskPolicy};
@@ -142,7 +144,6 @@ impl Host {
     /// Runs until `shutdown` is set; then finishes the round, commits and leaves the group.
     pub fn run(&self, shutdown: &AtomicBool) -> Result<()> {
         let cfg = &self.config;
-        let (left, right) = (cfg.join.left.as_str(), cfg.join.right.as_str());
         let (protocol, why) =
             protocol::choose(cfg.kafka.group_protocol, &cfg.kafka.options, || {
                 protocol::broker_protocols(&client::base(&cfg.kafka))
@@ -152,6 +153,20 @@ impl Host {
             why: &why,
         }
         .emit(&self.metrics);
+        // A side re-keyed into an internal topic is read from there (crate::repartition).
+        let [left_count, right_count] = repartitioner::partition_counts(cfg)?;
+        let plan = repartition::plan(&cfg.join, &cfg.kafka.group_id, left_count, right_count);
+        let _repartitioner = if plan.sides.is_empty() {
+            None
+        } else {
+            anyhow::ensure!(
+                cfg.output.guarantee != Guarantee::ExactlyOnce,
+                "output.guarantee = \"exactly-once\" with a repartitioned side ({}) is not supported yet: the repartition step is at-least-once; co-partition the topics and key them by the join key, or use \"at-least-once\"",
+                plan.sides[0].why
+            );
+            Some(Repartitioner::start(cfg, &plan, protocol)?)
+        };
+        let (left, right) = (plan.join_topics[0].as_str(), plan.join_topics[1].as_str());
         let transactional_id = (cfg.output.guarantee == Guarantee::ExactlyOnce).then(|| {
             transaction::transactional_id(&cfg.kafka.group_id, cfg.kafka.instance_id.as_deref())
         });

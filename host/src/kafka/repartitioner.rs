@@ -1,0 +1,440 @@
+//! The repartition step ([`crate::repartition`] decides which sides): a consumer of the source
+//! topics in its own group, `<group>-repartition`, and a producer writing each record re-keyed to
+//! its side's internal topic, partitioned by murmur2 of the new key, with the record's timestamp,
+//! value and headers. It runs on its own thread beside the join in every host, so it scales out
+//! with the hosts like the join does.
+//!
+//! No record is lost: a batch's input offsets are committed only after every write of the batch
+//! is acknowledged; a batch with a failed write is read again from its first offsets (duplicates in
+//! the internal topic are possible after a failure or a kill, as with any at-least-once step; the
+//! join then sees the record twice). A record without a join key (no key, a value that is not
+//! JSON or lacks the field) follows `join.null_keys`: dead-lettered with the reason in
+//! `cojoin.error.message`, or dropped and logged.
+//!
+//! The internal topics do not grow forever: every [`TRUNCATE_EVERY`], records the join group has
+//! committed past are deleted (DeleteRecords up to the join's committed offset, which is the first
+//! offset its recovery reads: its commit points stay behind what its state still needs).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::client;
+use super::partitioner::Partitioner;
+use super::protocol::Protocol;
+use super::sink::send_with_room;
+use crate::config::{Config, RecordPolicy};
+use crate::repartition::key::{self, NoKey};
+use crate::repartition::{Plan, SidePlan};
+
+/// How often records the join has committed past are deleted from the internal topics.
+pub const TRUNCATE_EVERY: Duration = Duration::from_secs(10);
+/// Records taken at most per batch (one flush and one commit each).
+const BATCH: usize = 10_000;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The source topics' partition counts, read before anything else connects.
+pub fn partition_counts(config: &Config) -> Result<[usize; 2]> {
+    let reader: BaseConsumer = client::reader(&config.kafka, &config.kafka.group_id)
+        .create()
+        .context("creating a metadata reader")?;
+    let mut counts = [0; 2];
+    for (i, topic) in [&config.join.left, &config.join.right]
+        .into_iter()
+        .enumerate()
+    {
+        counts[i] = topic_partitions(&reader, topic)?;
+    }
+    Ok(counts)
+}
+
+fn topic_partitions(reader: &BaseConsumer, topic: &str) -> Result<usize> {
+    let metadata = reader
+        .fetch_metadata(Some(topic), TIMEOUT)
+        .with_context(|| format!("reading the metadata of {topic}"))?;
+    Ok(metadata
+        .topics()
+        .first()
+        .filter(|t| t.error().is_none())
+        .map_or(0, |t| t.partitions().len()))
+}
+
+/// The running step; stopped (and its last batch committed) by [`Repartitioner::stop`].
+pub struct Repartitioner {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Repartitioner {
+    /// Creates the internal topics (or checks the partition counts of those that exist), waits
+    /// until their metadata shows them, and starts the step.
+    pub fn start(config: &Config, plan: &Plan, protocol: Protocol) -> Result<Repartitioner> {
+        create_internal_topics(config, plan)?;
+        let mut consumer_config = client::consumer(&config.kafka, protocol, 16 << 20);
+        consumer_config.set("group.id", format!("{}-repartition", config.kafka.group_id));
+        let consumer: BaseConsumer = consumer_config
+            .create()
+            .context("creating the repartition consumer")?;
+        let sources: Vec<&str> = plan.sides.iter().map(|s| s.source.as_str()).collect();
+        consumer
+            .subscribe(&sources)
+            .context("subscribing the repartition consumer")?;
+        let failures = Arc::new(Failures::default());
+        let producer: BaseProducer<Counting> = client::producer(&config.kafka)
+            .set("linger.ms", "5")
+            .create_with_context(Counting(failures.clone()))
+            .context("creating the repartition producer")?;
+        let step = Step {
+            consumer,
+            producer,
+            failures,
+            sides: plan.sides.clone(),
+            partitions: plan.partitions,
+            null_keys: config.join.null_keys,
+            dead_letter_topic: config.output.dead_letter_topic.clone(),
+            join_reader: client::reader(&config.kafka, &config.kafka.group_id)
+                .create()
+                .context("creating the reader of the join's committed offsets")?,
+            admin: client::base(&config.kafka)
+                .create()
+                .context("creating an admin client")?,
+        };
+        for side in &plan.sides {
+            tracing::info!(
+                source = %side.source,
+                internal = %side.internal,
+                partitions = plan.partitions,
+                key = %side.key,
+                "repartitioning {} into {}: {}",
+                side.source,
+                side.internal,
+                side.why
+            );
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("cojoin-repartition".into())
+            .spawn(move || step.run(&flag))
+            .context("starting the repartition thread")?;
+        Ok(Repartitioner {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Finishes the batch in hand (written and committed) and leaves the group.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Repartitioner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Creates each internal topic with the plan's partition count (the brokers' default
+/// replication); one that exists must have that count.
+fn create_internal_topics(config: &Config, plan: &Plan) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> = client::base(&config.kafka)
+        .create()
+        .context("creating an admin client")?;
+    let reader: BaseConsumer = client::reader(&config.kafka, &config.kafka.group_id)
+        .create()
+        .context("creating a metadata reader")?;
+    let runtime = runtime()?;
+    for side in &plan.sides {
+        let existing = topic_partitions(&reader, &side.internal)?;
+        if existing == 0 {
+            let topic = NewTopic::new(
+                &side.internal,
+                plan.partitions as i32,
+                TopicReplication::Fixed(-1),
+            );
+            let opts = AdminOptions::new().request_timeout(Some(TIMEOUT));
+            let results = runtime
+                .block_on(admin.create_topics([&topic], &opts))
+                .with_context(|| format!("creating {}", side.internal))?;
+            for r in results {
+                match r {
+                    Ok(_) => {}
+                    Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                    Err((t, e)) => anyhow::bail!(
+                        "cannot create the internal topic {t}: {e}; create it with {} partitions, or give the host's principal the right to create topics",
+                        plan.partitions
+                    ),
+                }
+            }
+        } else if existing != plan.partitions {
+            anyhow::bail!(
+                "the internal topic {} has {existing} partitions, the join needs {}: delete it (cojoin recreates it) or set join.partitions = {existing}",
+                side.internal,
+                plan.partitions
+            );
+        }
+        let deadline = Instant::now() + TIMEOUT;
+        while topic_partitions(&reader, &side.internal)? != plan.partitions {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the internal topic {} was created but its metadata did not show it within {TIMEOUT:?}",
+                side.internal
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(())
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .context("starting a runtime for admin requests")
+}
+
+/// Failed deliveries since the last batch began, and the last error.
+#[derive(Default)]
+struct Failures {
+    count: AtomicU64,
+    last: Mutex<Option<String>>,
+}
+
+struct Counting(Arc<Failures>);
+
+impl ClientContext for Counting {}
+
+impl ProducerContext for Counting {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.0.count.fetch_add(1, Ordering::Relaxed);
+            *self.0.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+        }
+    }
+}
+
+struct Step {
+    consumer: BaseConsumer,
+    producer: BaseProducer<Counting>,
+    failures: Arc<Failures>,
+    sides: Vec<SidePlan>,
+    partitions: usize,
+    null_keys: RecordPolicy,
+    dead_letter_topic: Option<String>,
+    join_reader: BaseConsumer,
+    admin: AdminClient<DefaultClientContext>,
+}
+
+impl Step {
+    fn run(self, stop: &AtomicBool) {
+        let mut truncated = Instant::now();
+        while !stop.load(Ordering::SeqCst) {
+            if let Err(e) = self.batch() {
+                tracing::warn!("repartitioning: {e:#}; the batch is read again");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            if truncated.elapsed() >= TRUNCATE_EVERY {
+                truncated = Instant::now();
+                if let Err(e) = self.truncate() {
+                    tracing::warn!("truncating the internal topics: {e:#}");
+                }
+            }
+        }
+        self.consumer.unsubscribe();
+    }
+
+    /// Reads up to [`BATCH`] records, writes them, waits for every acknowledgement, commits.
+    fn batch(&self) -> Result<()> {
+        // First offset (to rewind to) and next offset (to commit) per source partition.
+        let mut taken: HashMap<(String, i32), (i64, i64)> = HashMap::new();
+        let mut batch = Vec::new();
+        let started = Instant::now();
+        self.failures.count.store(0, Ordering::Relaxed);
+        while batch.len() < BATCH && started.elapsed() < Duration::from_millis(100) {
+            let Some(message) = self.consumer.poll(Duration::from_millis(50)) else {
+                continue;
+            };
+            match message {
+                Ok(m) => {
+                    let entry = taken
+                        .entry((m.topic().to_owned(), m.partition()))
+                        .or_insert((m.offset(), m.offset()));
+                    entry.1 = m.offset() + 1;
+                    batch.push(m);
+                }
+                Err(e) => tracing::warn!("repartition consumer: {e}"),
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        // librdkafka hands out a fetch partition after partition; written in that order, an
+        // internal partition would get one source partition's hour, then another's same hour,
+        // whose records the join would find late. In timestamp order across the batch, the
+        // disorder left is what spans batches and hosts, which join.grace must cover
+        // (README "Repartitioning").
+        batch.sort_by_key(|m| m.timestamp().to_millis().unwrap_or(0));
+        for message in &batch {
+            let Some(side) = self.sides.iter().find(|s| s.source == message.topic()) else {
+                continue;
+            };
+            self.forward(side, message).with_context(|| {
+                format!(
+                    "writing {}-{}@{}",
+                    message.topic(),
+                    message.partition(),
+                    message.offset()
+                )
+            })?;
+        }
+        let flushed = self.producer.flush(TIMEOUT);
+        let failed = self.failures.count.load(Ordering::Relaxed);
+        if flushed.is_err() || failed > 0 {
+            let last = self
+                .failures
+                .last
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            for ((topic, partition), (first, _)) in &taken {
+                let _ = self
+                    .consumer
+                    .seek(topic, *partition, Offset::Offset(*first), TIMEOUT);
+            }
+            anyhow::bail!(
+                "{failed} writes failed ({}), flush: {flushed:?}",
+                last.unwrap_or_default()
+            );
+        }
+        let mut offsets = TopicPartitionList::new();
+        for ((topic, partition), (_, next)) in &taken {
+            offsets.add_partition_offset(topic, *partition, Offset::Offset(*next))?;
+        }
+        if let Err(e) = self.consumer.commit(&offsets, CommitMode::Sync) {
+            // A partition moved to another host meanwhile: it reads these records again (the
+            // internal topic gets them twice), nothing is lost.
+            tracing::info!("repartition commit: {e} (records may be written twice)");
+        }
+        Ok(())
+    }
+
+    /// One record to its internal topic, or to the dead-letter topic when it has no join key.
+    fn forward(&self, side: &SidePlan, m: &rdkafka::message::BorrowedMessage<'_>) -> Result<()> {
+        let headers = m.headers().map(|hs| {
+            hs.iter().fold(OwnedHeaders::new(), |acc, h| {
+                acc.insert(Header {
+                    key: h.key,
+                    value: h.value,
+                })
+            })
+        });
+        match key::select(&side.key, m.key(), m.payload()) {
+            Ok(new_key) => {
+                let partition = Partitioner::Murmur2.partition(&new_key, self.partitions);
+                let mut record = BaseRecord::<[u8], [u8]>::to(&side.internal)
+                    .key(&new_key[..])
+                    .partition(partition);
+                record.payload = m.payload();
+                if let Some(ts) = m.timestamp().to_millis() {
+                    record = record.timestamp(ts);
+                }
+                if let Some(h) = headers {
+                    record = record.headers(h);
+                }
+                send_with_room(&self.producer, record).map_err(kafka_error)
+            }
+            Err(no_key) => self.no_key(side, m, headers, &no_key),
+        }
+    }
+
+    fn no_key(
+        &self,
+        side: &SidePlan,
+        m: &rdkafka::message::BorrowedMessage<'_>,
+        headers: Option<OwnedHeaders>,
+        no_key: &NoKey,
+    ) -> Result<()> {
+        let reason = format!("no join key ({}): {}", side.key, no_key.reason());
+        let at = format!("{}-{}@{}", m.topic(), m.partition(), m.offset());
+        match (self.null_keys, &self.dead_letter_topic) {
+            (RecordPolicy::DeadLetter, Some(dlq)) => {
+                tracing::info!(record = %at, dead_letter_topic = %dlq, "dead-lettered: {reason}");
+                let (partition, offset) = (m.partition().to_string(), m.offset().to_string());
+                let ts = m.timestamp().to_millis().unwrap_or(0).to_string();
+                let mut h = headers.unwrap_or_default();
+                for (k, v) in [
+                    ("cojoin.error.kind", "null-key"),
+                    ("cojoin.error.message", reason.as_str()),
+                    ("cojoin.source.topic", m.topic()),
+                    ("cojoin.source.partition", partition.as_str()),
+                    ("cojoin.source.offset", offset.as_str()),
+                    ("cojoin.source.timestamp", ts.as_str()),
+                ] {
+                    h = h.insert(Header {
+                        key: k,
+                        value: Some(v.as_bytes()),
+                    });
+                }
+                let mut record = BaseRecord::<[u8], [u8]>::to(dlq).headers(h);
+                record.key = m.key();
+                record.payload = m.payload();
+                send_with_room(&self.producer, record).map_err(kafka_error)
+            }
+            _ => {
+                tracing::info!(record = %at, "dropped (join.null_keys = \"drop\"): {reason}");
+                Ok(())
+            }
+        }
+    }
+
+    /// Deletes the internal topics' records below the join group's committed offsets.
+    fn truncate(&self) -> Result<()> {
+        let mut wanted = TopicPartitionList::new();
+        for side in &self.sides {
+            for p in 0..self.partitions as i32 {
+                wanted.add_partition(&side.internal, p);
+            }
+        }
+        let committed = self.join_reader.committed_offsets(wanted, TIMEOUT)?;
+        let mut below = TopicPartitionList::new();
+        for e in committed.elements() {
+            if let Offset::Offset(o) = e.offset() {
+                if o > 0 {
+                    below.add_partition_offset(e.topic(), e.partition(), Offset::Offset(o))?;
+                }
+            }
+        }
+        if below.count() == 0 {
+            return Ok(());
+        }
+        let opts = AdminOptions::new().request_timeout(Some(TIMEOUT));
+        runtime()?
+            .block_on(self.admin.delete_records(&below, &opts))
+            .context("DeleteRecords")?;
+        Ok(())
+    }
+}
+
+fn kafka_error(e: KafkaError) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}

@@ -1,0 +1,174 @@
+//! Joins whose topics are not co-partitioned, or whose key is a field of the value, on Apache
+//! Kafka: cojoin re-keys a side into `<group>-<topic>-repartition` and joins that (issue 18).
+//!
+//! orders has 6 partitions; payments 4. The expected outcome of every order is known
+//! (`stream::expected`); the join's output must be exactly that set, whatever partitioner the
+//! payments were produced with. `join.grace` is 1 h: the repartition step writes in timestamp
+//! order within a batch, and grace covers what disorder is left across its batches (README
+//! "Repartitioning").
+
+use std::time::{Duration, Instant};
+
+use cojoin_e2e::broker::Kafka;
+use cojoin_e2e::hosts::{join_config, HostProcess};
+use cojoin_e2e::plugin;
+use cojoin_e2e::scenario::{post_mortem, read_all_outcomes, run_dir, serial};
+use cojoin_e2e::stream::{self, Record, BASE_TS};
+
+const ORDERS: u32 = 400;
+const INTERNAL: &str = "repartition-test-payments-repartition";
+const GROUP: &str = "repartition-test";
+
+fn broker(dir: &std::path::Path) -> Kafka {
+    let kafka = Kafka::start(dir);
+    kafka.create_topic("orders", 6);
+    kafka.create_topic("payments", 4);
+    kafka.create_topic("orders-paid", 1);
+    kafka.create_topic("dlq", 1);
+    kafka
+}
+
+/// The left join of the suites, with a 1 h grace and `extra` join settings.
+fn config(kafka: &Kafka, extra: &str) -> String {
+    join_config(
+        &kafka.bootstrap,
+        GROUP,
+        &plugin("order_paid_rust.wasm"),
+        "left",
+    )
+    .replace(
+        "max_idle = \"1s\"",
+        &format!("max_idle = \"1s\"\ngrace = \"1h\"\n{extra}"),
+    )
+}
+
+/// Payments far ahead in event time under 100 keys, so that every internal partition gets one
+/// and every window closes.
+fn ticks() -> Vec<Record> {
+    (0..100)
+        .map(|k| Record {
+            topic: "payments",
+            key: format!("tick-{k}"),
+            value: format!("{{\"order_id\":\"tick-{k}\"}}"),
+            timestamp: BASE_TS + 10_000_000,
+        })
+        .collect()
+}
+
+/// Every order's outcome, none missing or wrong; then the internal topic truncated up to the
+/// join's committed offsets.
+fn assert_joined_and_truncated(kafka: &Kafka, hosts: &[HostProcess]) {
+    let tally = read_all_outcomes(kafka, &stream::expected(ORDERS));
+    assert!(
+        tally.missing.is_empty() && tally.wrong.is_empty(),
+        "{tally:?}\n{}",
+        post_mortem(kafka, hosts)
+    );
+
+    // DeleteRecords every 10 s up to the join's committed offsets: the first offset the join's
+    // recovery reads (the ticks, whose windows never close here, stay).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let marks = kafka.watermarks(INTERNAL, 6);
+        let committed: Vec<i64> = kafka
+            .committed(GROUP, INTERNAL, 6)
+            .into_iter()
+            .map(|(offset, _)| offset)
+            .collect();
+        let lows: Vec<i64> = marks.iter().map(|(low, _)| *low).collect();
+        if committed.iter().all(|c| *c > 0) && lows == committed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{INTERNAL} not truncated behind the join's commits within 60 s: watermarks {marks:?}, committed {committed:?}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn run(
+    test: &str,
+    partitioner: &str,
+    extra: &str,
+    payments: impl Fn(Vec<Record>) -> Vec<Record>,
+) -> (Kafka, Vec<HostProcess>) {
+    let dir = run_dir(test);
+    let kafka = broker(&dir);
+    let host = HostProcess::start(&dir, "host-0", &config(&kafka, extra));
+    let (orders, pays): (Vec<Record>, Vec<Record>) = stream::orders(0, ORDERS)
+        .into_iter()
+        .partition(|r| r.topic == "orders");
+    let murmur2 = kafka.producer("murmur2_random");
+    kafka.produce(&murmur2, &orders, None);
+    let other = kafka.producer(partitioner);
+    kafka.produce(&other, &payments(pays), None);
+    kafka.produce(&other, &ticks(), None);
+    (kafka, vec![host])
+}
+
+#[test]
+fn six_orders_partitions_join_four_payments_partitions_through_a_repartition_topic() {
+    let _serial = serial();
+    let (kafka, hosts) = run("repartition-counts", "murmur2_random", "", |p| p);
+    assert_joined_and_truncated(&kafka, &hosts);
+    let log = hosts[0].log_text();
+    assert!(
+        log.contains("repartitioning payments into repartition-test-payments-repartition: it has 4 partitions, orders has 6"),
+        "{log}"
+    );
+}
+
+#[test]
+fn payments_produced_with_librdkafkas_default_partitioner_join_the_same() {
+    let _serial = serial();
+    let (kafka, hosts) = run("repartition-crc32", "consistent_random", "", |p| p);
+    assert_joined_and_truncated(&kafka, &hosts);
+}
+
+#[test]
+fn a_join_on_a_field_of_the_value_dead_letters_the_records_without_it() {
+    let _serial = serial();
+    // Payments keyed by their own id; the order id only in the value. Three lack it.
+    let (kafka, hosts) = run(
+        "repartition-field",
+        "consistent_random",
+        "right_key = \"/order_id\"",
+        |pays| {
+            let mut out: Vec<Record> = pays
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| Record {
+                    key: format!("pay-{i}"),
+                    ..r
+                })
+                .collect();
+            for (i, value) in ["{\"paid\":true}", "not json", "{\"order_id\":null}"]
+                .into_iter()
+                .enumerate()
+            {
+                out.push(Record {
+                    topic: "payments",
+                    key: format!("bad-{i}"),
+                    value: value.to_owned(),
+                    timestamp: BASE_TS + 5_000,
+                });
+            }
+            out
+        },
+    );
+    assert_joined_and_truncated(&kafka, &hosts);
+    let mut dlq = kafka.reader("dlq", 1);
+    let dead = dlq.read_until("three dead letters", Duration::from_secs(30), |r| {
+        r.len() >= 3
+    });
+    let mut keys: Vec<&str> = dead.iter().map(|r| r.key.as_str()).collect();
+    keys.sort();
+    assert_eq!(keys, ["bad-0", "bad-1", "bad-2"], "{dead:?}");
+    for r in dead {
+        let why = r.header("cojoin.error.message").unwrap_or_default();
+        assert!(why.contains("/order_id"), "{why}");
+        assert_eq!(r.header("cojoin.source.topic"), Some("payments"));
+        assert_eq!(r.header("cojoin.error.kind"), Some("null-key"));
+    }
+}
