@@ -125,6 +125,13 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
             None => {}
         }
     }
+    let plan = crate::repartition::plan(&config.join, &config.kafka.group_id, lc, rc);
+    if lc > 0 && rc > 0 && !plan.sides.is_empty() {
+        return repartition_report(config, &consumer, &plan, [lc, rc], per_topic, report);
+    }
+    report.lines.push(format!(
+        "no repartitioning: the join reads {left} and {right} as they are, by record key"
+    ));
     if let Err(e) = assignment::check_counts(left, lc, right, rc) {
         report.problems.push(e.to_string());
         return Ok(report);
@@ -156,7 +163,8 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
         report.problems.push(format!(
             "{} of the keys found in both topics sit in different partition numbers, so they can never join \
              ({}). The producers use different partitioners: make librdkafka producers (confluent-kafka, Go, \
-             .NET, rdkafka) set partitioner=murmur2_random to match Java's default, then re-produce the data",
+             .NET, rdkafka) set partitioner=murmur2_random to match Java's default, then re-produce the data; \
+             or set join.repartition = \"always\" (both sides re-keyed by cojoin, at the cost of one more write and read of each)",
             mismatched.len(),
             examples.join("; ")
         ));
@@ -165,6 +173,52 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
         report.lines.push(format!(
             "{both} keys found in both topics, all in the same partition number"
         ));
+    }
+    Ok(report)
+}
+
+/// What repartitioning a side costs and needs: the internal topic, why, and that the side read
+/// as it is puts its keys where murmur2 does (as the internal topic does), else nothing joins.
+fn repartition_report(
+    config: &Config,
+    consumer: &BaseConsumer,
+    plan: &crate::repartition::Plan,
+    counts: [usize; 2],
+    per_topic: usize,
+    mut report: CheckReport,
+) -> Result<CheckReport> {
+    for side in &plan.sides {
+        report.lines.push(format!(
+            "repartitioning: {} is re-keyed into {} ({} partitions, murmur2) because {}; \
+             that costs one more write and read of {} (fix the producers instead to avoid it: README \"Repartitioning\")",
+            side.source, side.internal, plan.partitions, side.why, side.source
+        ));
+    }
+    if config.output.guarantee == crate::config::Guarantee::ExactlyOnce {
+        report.problems.push(
+            "output.guarantee = \"exactly-once\" with a repartitioned side is not supported yet (the repartition step is at-least-once): key both topics by the join key with equal partition counts, or use \"at-least-once\"".to_owned(),
+        );
+    }
+    let topics = [&config.join.left, &config.join.right];
+    for i in 0..2 {
+        if plan.sides.iter().any(|s| s.source == *topics[i]) {
+            continue;
+        }
+        let keys = sample(consumer, topics[i], counts[i], per_topic)?;
+        let samples: Vec<(Vec<u8>, i32)> = keys.iter().map(|(k, p)| (k.clone(), *p)).collect();
+        let fits = partitioner::consistent_partitioners(&samples, counts[i]);
+        report.lines.push(format!(
+            "{}: {} keys sampled, partitioned by {}",
+            topics[i],
+            keys.len(),
+            describe(&fits)
+        ));
+        if !fits.is_empty() && !fits.contains(&Partitioner::Murmur2) {
+            report.problems.push(format!(
+                "{} is read as it is but its keys are not where murmur2 puts them, and the repartitioned side is written with murmur2: keys would sit in different partition numbers and never join. Produce {} with partitioner=murmur2_random (Java's default), or set join.repartition = \"always\" to repartition it too",
+                topics[i], topics[i]
+            ));
+        }
     }
     Ok(report)
 }

@@ -279,7 +279,8 @@ pub struct JoinConfig {
     pub right_key: KeySelector,
     /// `auto`: a side whose key is a field of the value, or whose partition count differs, is
     /// re-keyed into an internal topic `<group>-<topic>-repartition` that the join reads instead;
-    /// `never`: such a join is refused. Default: `auto`.
+    /// `always`: both sides are (for producers whose partitioners differ); `never`: such a join
+    /// is refused. Default: `auto`.
     #[serde(default)]
     pub repartition: RepartitionPolicy,
     /// Partition count of the internal topics, and so the join's parallelism, when repartitioning.
@@ -335,6 +336,7 @@ impl std::fmt::Display for KeySelector {
 pub enum RepartitionPolicy {
     #[default]
     Auto,
+    Always,
     Never,
 }
 

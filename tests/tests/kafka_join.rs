@@ -242,19 +242,26 @@ fn one_of_three_hosts_killed_mid_stream_moves_its_tasks_to_the_survivors_and_los
 }
 
 #[test]
-fn topics_with_different_partition_counts_are_refused_by_run_and_check() {
+fn topics_with_different_partition_counts_are_refused_with_repartition_never_and_check_says_what_auto_does(
+) {
     let _serial = serial();
-    let dir = run_dir("topics_with_different_partition_counts_are_refused_by_run_and_check");
+    let dir = run_dir("topics_with_different_partition_counts");
     let kafka = Kafka::start(&dir);
     kafka.create_topic("orders", 6);
     kafka.create_topic("payments", 4);
-    let config = join_config(
+    kafka.create_topic("orders-paid", 1);
+    kafka.create_topic("dlq", 1);
+    let auto = join_config(
         &kafka.bootstrap,
         "unequal",
         &plugin("order_paid_rust.wasm"),
         "left",
     );
-    let mut host = HostProcess::start(&dir, "host", &config);
+    let never = auto.replace(
+        "max_idle = \"1s\"",
+        "max_idle = \"1s\"\nrepartition = \"never\"",
+    );
+    let mut host = HostProcess::start(&dir, "host", &never);
     let (status, log) = host.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "run must refuse: {log}");
     assert!(
@@ -269,6 +276,19 @@ fn topics_with_different_partition_counts_are_refused_by_run_and_check() {
     assert!(
         stdout.contains(
             "PROBLEM: topics not co-partitioned: orders has 6 partitions, payments has 4"
+        ),
+        "{stdout}"
+    );
+
+    // By default the join repartitions payments, and check says so and what it costs.
+    let auto_path = dir.join("auto.toml");
+    std::fs::write(&auto_path, &auto).unwrap();
+    let out = cojoin(&["check", "--config", auto_path.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains(
+            "repartitioning: payments is re-keyed into unequal-payments-repartition (6 partitions, murmur2) because it has 4 partitions, orders has 6; that costs one more write and read of payments"
         ),
         "{stdout}"
     );

@@ -68,7 +68,9 @@ pub fn plan(join: &JoinConfig, group: &str, left_count: usize, right_count: usiz
     let mut join_topics = topics.clone();
     for i in 0..2 {
         let other = 1 - i;
-        let why = if by_field[i] {
+        let why = if join.repartition == RepartitionPolicy::Always {
+            "join.repartition is \"always\"".to_owned()
+        } else if by_field[i] {
             format!(
                 "its join key is {} in the value ({}_key)",
                 keys[i],
@@ -154,6 +156,8 @@ mod tests {
             4,
         );
         assert_eq!((both.partitions, both.sides.len()), (4, 2));
+        let always = plan(&join("repartition = \"always\""), "g", 6, 6);
+        assert_eq!((always.partitions, always.sides.len()), (6, 2));
         let fixed = plan(&join("partitions = 8"), "g", 8, 4);
         assert_eq!((fixed.partitions, fixed.sides.len()), (8, 1));
         assert!(fixed.sides[0].why.contains("join.partitions is 8"));
