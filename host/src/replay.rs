@@ -21,7 +21,8 @@ pub struct ReplayResult {
     pub halted: Vec<String>,
 }
 
-/// Events are routed by topic (the config's left or right topic) and partition.
+/// Events are routed by topic (the config's left or right topic) and partition; with a join key
+/// taken from the value (`join.left_key` / `right_key`) they are re-keyed, all in one task.
 pub fn replay(
     config: &Config,
     lines: &str,
@@ -50,11 +51,31 @@ pub fn replay(
                 event.topic, config.join.left, config.join.right
             )));
         };
+        let mut event = event;
+        let selector = [&config.join.left_key, &config.join.right_key][side as usize];
+        // A key from the value: as the repartition step re-keys a record (one without the field
+        // goes on keyless, to the null-key policy), and every event to one task, since the
+        // recording's partitions are not the internal topic's.
+        let partition =
+            if config.join.left_key.is_record_key() && config.join.right_key.is_record_key() {
+                event.partition
+            } else {
+                if !selector.is_record_key() {
+                    let key = crate::repartition::key::select(
+                        selector,
+                        event.key.as_deref(),
+                        event.value.as_deref(),
+                    )
+                    .ok();
+                    event.key = key.map(Vec::into_boxed_slice);
+                }
+                0
+            };
         let start = [CommitPoint::new(0, [], None); 2];
         tasks
-            .entry(event.partition)
+            .entry(partition)
             .or_insert_with(|| {
-                let mut task = PartitionTask::new(event.partition, policy.clone(), start);
+                let mut task = PartitionTask::new(partition, policy.clone(), start);
                 task.set_wall_clock(wall_clock);
                 task
             })

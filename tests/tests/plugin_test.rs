@@ -115,3 +115,57 @@ fn inputs_of_a_trapping_plugin_are_dead_lettered_with_the_error_and_the_rest_pro
         "{stderr}"
     );
 }
+
+#[test]
+fn a_join_on_a_field_of_the_value_re_keys_the_recorded_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(root().join("examples/orders-payments/cojoin.toml"))
+        .unwrap()
+        .replace(
+            "tombstones = \"drop\"",
+            "tombstones = \"drop\"\nright_key = \"/order_id\"",
+        );
+    let config = dir.path().join("cojoin.toml");
+    std::fs::write(&config, text).unwrap();
+    // Payments keyed by their own id, the order in the value; one lacks it.
+    let events = dir.path().join("events.jsonl");
+    std::fs::write(
+        &events,
+        [
+            r#"{"topic": "orders", "partition": 0, "offset": 0, "timestamp": 1764680400000, "key": "order-1", "value": {"amount": 20}}"#,
+            r#"{"topic": "payments", "partition": 3, "offset": 0, "timestamp": 1764680402000, "key": "pay-7", "value": {"order_id": "order-1"}}"#,
+            r#"{"topic": "payments", "partition": 1, "offset": 0, "timestamp": 1764680403000, "key": "pay-8", "value": {"method": "card"}}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let out = cojoin(&[
+        "plugin",
+        "test",
+        plugin("order_paid_rust.wasm").to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--events",
+        events.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let paid: Vec<_> = lines
+        .iter()
+        .filter(|l| l.get("dead_letter").is_none())
+        .map(|l| body(l)["order_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(paid, ["order-1"], "{lines:?}");
+    let dead: Vec<_> = lines
+        .iter()
+        .filter(|l| l.get("dead_letter").is_some())
+        .collect();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["dead_letter"], "null-key");
+    assert_eq!(dead[0]["inputs"][0]["partition"], 1);
+}
