@@ -18,7 +18,8 @@
 //!
 //! Environment: BENCH_RECORDS (per topic, default 200000), BENCH_BATCH (records per producer batch,
 //! default 10000), BENCH_RUNS (rounds, default 3; the data set is produced once), BENCH_SYSTEMS
-//! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-rust-eos (exactly-once), cojoin-python,
+//! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-rust-eos (exactly-once),
+//! cojoin-rust-repartition (both sides through internal topics first), cojoin-python,
 //! cojoin-js, kafka-streams-rocksdb, kafka-streams-memory, python-handwritten, quixstreams),
 //! BENCH_WORKERS (cojoin's `plugin.workers`, default unset: one per core), PYTHON_BENCH (default
 //! .venv-bench/bin/python), BENCH_JAVA_HEAP (Kafka Streams' -Xmx, default 1g), BENCH_WINDOW_MS and
@@ -140,12 +141,20 @@ fn main() {
             );
             add(since(f, &kafka));
         }
-        for (name, wasm, guarantee) in [
-            ("cojoin-noop", "noop.wasm", "at-least-once"),
-            ("cojoin-rust", "order_paid_rust.wasm", "at-least-once"),
-            ("cojoin-rust-eos", "order_paid_rust.wasm", "exactly-once"),
-            ("cojoin-python", "order_paid_python.wasm", "at-least-once"),
-            ("cojoin-js", "order_paid_js.wasm", "at-least-once"),
+        // cojoin-rust-repartition: the same data with both sides re-keyed into internal topics
+        // first (join.repartition = "always"): what repartitioning costs.
+        for (name, wasm, guarantee, join_extra) in [
+            ("cojoin-noop", "noop.wasm", "at-least-once", ""),
+            ("cojoin-rust", "order_paid_rust.wasm", "at-least-once", ""),
+            ("cojoin-rust-eos", "order_paid_rust.wasm", "exactly-once", ""),
+            (
+                "cojoin-rust-repartition",
+                "order_paid_rust.wasm",
+                "at-least-once",
+                "repartition = \"always\"",
+            ),
+            ("cojoin-python", "order_paid_python.wasm", "at-least-once", ""),
+            ("cojoin-js", "order_paid_js.wasm", "at-least-once", ""),
         ] {
             if run(name) {
                 let since = broker_since();
@@ -154,7 +163,7 @@ fn main() {
                     round,
                     &dir,
                     &kafka.bootstrap,
-                    (&plugin(wasm), guarantee),
+                    (&plugin(wasm), guarantee, join_extra),
                     total,
                     expected,
                 );
@@ -435,8 +444,8 @@ fn cojoin_run(
     round: u64,
     dir: &Path,
     bootstrap: &str,
-    // The plugin, and output.guarantee.
-    (wasm, guarantee): (&Path, &str),
+    // The plugin, output.guarantee, and more [join] settings.
+    (wasm, guarantee, join_extra): (&Path, &str, &str),
     total: u64,
     expected: u64,
 ) -> Figures {
@@ -460,6 +469,7 @@ right = "right"
 kind = "{}"
 window = "{}ms"
 grace = "{}ms"
+{join_extra}
 [plugin]
 path = "{}"
 watch = false
