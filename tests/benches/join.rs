@@ -146,14 +146,24 @@ fn main() {
         for (name, wasm, guarantee, join_extra) in [
             ("cojoin-noop", "noop.wasm", "at-least-once", ""),
             ("cojoin-rust", "order_paid_rust.wasm", "at-least-once", ""),
-            ("cojoin-rust-eos", "order_paid_rust.wasm", "exactly-once", ""),
+            (
+                "cojoin-rust-eos",
+                "order_paid_rust.wasm",
+                "exactly-once",
+                "",
+            ),
             (
                 "cojoin-rust-repartition",
                 "order_paid_rust.wasm",
                 "at-least-once",
                 "repartition = \"always\"",
             ),
-            ("cojoin-python", "order_paid_python.wasm", "at-least-once", ""),
+            (
+                "cojoin-python",
+                "order_paid_python.wasm",
+                "at-least-once",
+                "",
+            ),
             ("cojoin-js", "order_paid_js.wasm", "at-least-once", ""),
         ] {
             if run(name) {

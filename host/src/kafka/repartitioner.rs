@@ -4,6 +4,14 @@
 //! value and headers. It runs on its own thread beside the join in every host, so it scales out
 //! with the hosts like the join does.
 //!
+//! Order: librdkafka hands out a fetch partition after partition, so written as read, an internal
+//! partition would get one source partition's hour and then another's same hour, whose records
+//! the join would find late. The step merges the partitions it holds by timestamp instead,
+//! waiting `join.max_idle` for one with nothing fetched (as a join task waits for both its
+//! partitions). What is left is the disorder between hosts' steps (one lagging behind another,
+//! or a partition waiting for the group to move it after a host died): `join.grace` must cover it,
+//! as in Kafka Streams (README "Repartitioning").
+//!
 //! No record is lost: a batch's input offsets are committed only after every write of the batch
 //! is acknowledged; a batch with a failed write is read again from its first offsets (duplicates in
 //! the internal topic are possible after a failure or a kill, as with any at-least-once step; the
@@ -26,7 +34,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -40,8 +48,8 @@ use crate::repartition::{Plan, SidePlan};
 
 /// How often records the join has committed past are deleted from the internal topics.
 pub const TRUNCATE_EVERY: Duration = Duration::from_secs(10);
-/// Records taken at most per batch (one flush and one commit each).
-const BATCH: usize = 10_000;
+/// Records held at most for the merge; past it the earliest goes regardless of idle waits.
+const QUEUED_MAX: usize = 50_000;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The source topics' partition counts, read before anything else connects.
@@ -109,6 +117,9 @@ impl Repartitioner {
             admin: client::base(&config.kafka)
                 .create()
                 .context("creating an admin client")?,
+            max_idle: config.join.max_idle,
+            queues: Default::default(),
+            queued: 0,
         };
         for side in &plan.sides {
             tracing::info!(
@@ -233,6 +244,21 @@ impl ProducerContext for Counting {
     }
 }
 
+/// A source partition's records fetched and not yet written.
+struct Queue {
+    records: std::collections::VecDeque<OwnedMessage>,
+    last_fetch: Instant,
+}
+
+impl Queue {
+    fn new() -> Queue {
+        Queue {
+            records: Default::default(),
+            last_fetch: Instant::now(),
+        }
+    }
+}
+
 struct Step {
     consumer: BaseConsumer,
     producer: BaseProducer<Counting>,
@@ -243,10 +269,13 @@ struct Step {
     dead_letter_topic: Option<String>,
     join_reader: BaseConsumer,
     admin: AdminClient<DefaultClientContext>,
+    max_idle: Duration,
+    queues: std::collections::BTreeMap<(String, i32), Queue>,
+    queued: usize,
 }
 
 impl Step {
-    fn run(self, stop: &AtomicBool) {
+    fn run(mut self, stop: &AtomicBool) {
         let mut truncated = Instant::now();
         while !stop.load(Ordering::SeqCst) {
             if let Err(e) = self.batch() {
@@ -263,42 +292,43 @@ impl Step {
         self.consumer.unsubscribe();
     }
 
-    /// Reads up to [`BATCH`] records, writes them, waits for every acknowledgement, commits.
-    fn batch(&self) -> Result<()> {
-        // First offset (to rewind to) and next offset (to commit) per source partition.
-        let mut taken: HashMap<(String, i32), (i64, i64)> = HashMap::new();
-        let mut batch = Vec::new();
+    /// Reads what is there (up to [`QUEUED_MAX`] held), writes what the merge allows, waits for
+    /// every acknowledgement, commits what was written.
+    fn batch(&mut self) -> Result<()> {
         let started = Instant::now();
         self.failures.count.store(0, Ordering::Relaxed);
-        while batch.len() < BATCH && started.elapsed() < Duration::from_millis(100) {
-            let Some(message) = self.consumer.poll(Duration::from_millis(50)) else {
+        while self.queued < QUEUED_MAX && started.elapsed() < Duration::from_millis(100) {
+            let Some(message) = self.consumer.poll(Duration::from_millis(20)) else {
                 continue;
             };
             match message {
                 Ok(m) => {
-                    let entry = taken
+                    let queue = self
+                        .queues
                         .entry((m.topic().to_owned(), m.partition()))
-                        .or_insert((m.offset(), m.offset()));
-                    entry.1 = m.offset() + 1;
-                    batch.push(m);
+                        .or_insert_with(Queue::new);
+                    queue.last_fetch = Instant::now();
+                    queue.records.push_back(m.detach());
+                    self.queued += 1;
                 }
                 Err(e) => tracing::warn!("repartition consumer: {e}"),
             }
         }
-        if batch.is_empty() {
-            return Ok(());
-        }
-        // librdkafka hands out a fetch partition after partition; written in that order, an
-        // internal partition would get one source partition's hour, then another's same hour,
-        // whose records the join would find late. In timestamp order across the batch, the
-        // disorder left is what spans batches and hosts, which join.grace must cover
-        // (README "Repartitioning").
-        batch.sort_by_key(|m| m.timestamp().to_millis().unwrap_or(0));
-        for message in &batch {
+        self.follow_assignment();
+        // First offset written (to rewind to) and next offset (to commit) per source partition.
+        let mut written: HashMap<(String, i32), (i64, i64)> = HashMap::new();
+        while let Some(at) = self.next_in_order() {
+            let queue = self.queues.get_mut(&at).expect("chosen from the queues");
+            let message = queue.records.pop_front().expect("chosen for its head");
+            self.queued -= 1;
+            let entry = written
+                .entry(at)
+                .or_insert((message.offset(), message.offset()));
+            entry.1 = message.offset() + 1;
             let Some(side) = self.sides.iter().find(|s| s.source == message.topic()) else {
                 continue;
             };
-            self.forward(side, message).with_context(|| {
+            self.forward(side, &message).with_context(|| {
                 format!(
                     "writing {}-{}@{}",
                     message.topic(),
@@ -306,6 +336,9 @@ impl Step {
                     message.offset()
                 )
             })?;
+        }
+        if written.is_empty() {
+            return Ok(());
         }
         let flushed = self.producer.flush(TIMEOUT);
         let failed = self.failures.count.load(Ordering::Relaxed);
@@ -316,7 +349,12 @@ impl Step {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone();
-            for ((topic, partition), (first, _)) in &taken {
+            // Read again from the first record written: what is held behind it is read again too.
+            for ((topic, partition), (first, _)) in &written {
+                if let Some(q) = self.queues.get_mut(&(topic.clone(), *partition)) {
+                    self.queued -= q.records.len();
+                    q.records.clear();
+                }
                 let _ = self
                     .consumer
                     .seek(topic, *partition, Offset::Offset(*first), TIMEOUT);
@@ -327,7 +365,7 @@ impl Step {
             );
         }
         let mut offsets = TopicPartitionList::new();
-        for ((topic, partition), (_, next)) in &taken {
+        for ((topic, partition), (_, next)) in &written {
             offsets.add_partition_offset(topic, *partition, Offset::Offset(*next))?;
         }
         if let Err(e) = self.consumer.commit(&offsets, CommitMode::Sync) {
@@ -338,8 +376,54 @@ impl Step {
         Ok(())
     }
 
+    /// Queues for the partitions the group gives this step now: a revoked partition's held
+    /// records are dropped (not committed, so its new owner reads them), a new one waits
+    /// `max_idle` for its first records before the merge goes on without it.
+    fn follow_assignment(&mut self) {
+        let Ok(assigned) = self.consumer.assignment() else {
+            return;
+        };
+        let now: std::collections::HashSet<(String, i32)> = assigned
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_owned(), e.partition()))
+            .collect();
+        let queued = &mut self.queued;
+        self.queues.retain(|at, q| {
+            let keep = now.contains(at);
+            if !keep {
+                *queued -= q.records.len();
+            }
+            keep
+        });
+        for at in now {
+            self.queues.entry(at).or_insert_with(Queue::new);
+        }
+    }
+
+    /// The partition whose held record comes next in timestamp order, once every partition
+    /// either holds a record or has been idle for `max_idle` (as a join task waits for both its
+    /// partitions); past [`QUEUED_MAX`] held, the earliest goes regardless.
+    fn next_in_order(&self) -> Option<(String, i32)> {
+        let waiting = self
+            .queues
+            .values()
+            .any(|q| q.records.is_empty() && q.last_fetch.elapsed() < self.max_idle);
+        if waiting && self.queued < QUEUED_MAX {
+            return None;
+        }
+        self.queues
+            .iter()
+            .filter_map(|(at, q)| {
+                let ts = q.records.front()?.timestamp().to_millis().unwrap_or(0);
+                Some((ts, at))
+            })
+            .min()
+            .map(|(_, at)| at.clone())
+    }
+
     /// One record to its internal topic, or to the dead-letter topic when it has no join key.
-    fn forward(&self, side: &SidePlan, m: &rdkafka::message::BorrowedMessage<'_>) -> Result<()> {
+    fn forward(&self, side: &SidePlan, m: &OwnedMessage) -> Result<()> {
         let headers = m.headers().map(|hs| {
             hs.iter().fold(OwnedHeaders::new(), |acc, h| {
                 acc.insert(Header {
@@ -370,7 +454,7 @@ impl Step {
     fn no_key(
         &self,
         side: &SidePlan,
-        m: &rdkafka::message::BorrowedMessage<'_>,
+        m: &OwnedMessage,
         headers: Option<OwnedHeaders>,
         no_key: &NoKey,
     ) -> Result<()> {
