@@ -175,6 +175,29 @@ pub fn reader(kafka: &KafkaConfig, group: &str) -> ClientConfig {
     c
 }
 
+/// (low, high) watermarks of a partition as the consumer last saw them in a fetch response (no
+/// broker round trip; rdkafka 0.38 wraps only the blocking `fetch_watermarks`).
+pub fn cached_watermarks<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &rdkafka::consumer::BaseConsumer<C>,
+    topic: &str,
+    p: i32,
+) -> Option<(i64, i64)> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client pointer lives as long as `consumer`; the out-pointers are valid locals.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            rdkafka::consumer::Consumer::client(consumer).native_ptr(),
+            topic.as_ptr(),
+            p,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0)
+        .then_some((low, high))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

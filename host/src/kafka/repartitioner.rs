@@ -49,7 +49,7 @@ use crate::repartition::{Plan, SidePlan};
 /// How often records the join has committed past are deleted from the internal topics.
 pub const TRUNCATE_EVERY: Duration = Duration::from_secs(10);
 /// Records held at most for the merge; past it the earliest goes regardless of idle waits.
-const QUEUED_MAX: usize = 50_000;
+const QUEUED_MAX: usize = 200_000;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The source topics' partition counts, read before anything else connects.
@@ -89,7 +89,7 @@ impl Repartitioner {
     /// until their metadata shows them, and starts the step.
     pub fn start(config: &Config, plan: &Plan, protocol: Protocol) -> Result<Repartitioner> {
         create_internal_topics(config, plan)?;
-        let mut consumer_config = client::consumer(&config.kafka, protocol, 16 << 20);
+        let mut consumer_config = client::consumer(&config.kafka, protocol, 64 << 20);
         consumer_config.set("group.id", format!("{}-repartition", config.kafka.group_id));
         let consumer: BaseConsumer = consumer_config
             .create()
@@ -120,6 +120,7 @@ impl Repartitioner {
             max_idle: config.join.max_idle,
             queues: Default::default(),
             queued: 0,
+            forcing: false,
         };
         for side in &plan.sides {
             tracing::info!(
@@ -248,16 +249,26 @@ impl ProducerContext for Counting {
 struct Queue {
     records: std::collections::VecDeque<OwnedMessage>,
     last_fetch: Instant,
+    /// The offset after the last record fetched; at assignment, the group's committed offset.
+    next: Option<i64>,
+    /// Records on the broker not fetched yet (from the cached high watermark): waited for
+    /// however long fetching takes, up to [`BEHIND_WAIT`], as a join task waits (KIP-695).
+    behind: bool,
 }
 
 impl Queue {
-    fn new() -> Queue {
+    fn new(next: Option<i64>) -> Queue {
         Queue {
             records: Default::default(),
             last_fetch: Instant::now(),
+            next,
+            behind: true,
         }
     }
 }
+
+/// How long an empty partition with records still on the broker holds the merge back.
+const BEHIND_WAIT: Duration = Duration::from_secs(30);
 
 struct Step {
     consumer: BaseConsumer,
@@ -272,6 +283,8 @@ struct Step {
     max_idle: Duration,
     queues: std::collections::BTreeMap<(String, i32), Queue>,
     queued: usize,
+    /// This round started over [`QUEUED_MAX`]: the merge gives up waiting down to half of it.
+    forcing: bool,
 }
 
 impl Step {
@@ -306,8 +319,9 @@ impl Step {
                     let queue = self
                         .queues
                         .entry((m.topic().to_owned(), m.partition()))
-                        .or_insert_with(Queue::new);
+                        .or_insert_with(|| Queue::new(None));
                     queue.last_fetch = Instant::now();
+                    queue.next = Some(m.offset() + 1);
                     queue.records.push_back(m.detach());
                     self.queued += 1;
                 }
@@ -317,6 +331,7 @@ impl Step {
         self.follow_assignment();
         // First offset written (to rewind to) and next offset (to commit) per source partition.
         let mut written: HashMap<(String, i32), (i64, i64)> = HashMap::new();
+        self.forcing = self.queued >= QUEUED_MAX;
         while let Some(at) = self.next_in_order() {
             let queue = self.queues.get_mut(&at).expect("chosen from the queues");
             let message = queue.records.pop_front().expect("chosen for its head");
@@ -396,22 +411,59 @@ impl Step {
             }
             keep
         });
-        for at in now {
-            self.queues.entry(at).or_insert_with(Queue::new);
+        let new: Vec<(String, i32)> = now
+            .into_iter()
+            .filter(|at| !self.queues.contains_key(at))
+            .collect();
+        if !new.is_empty() {
+            // Where each new partition starts: its committed offset (none: from the beginning).
+            let mut tpl = TopicPartitionList::new();
+            for (topic, p) in &new {
+                tpl.add_partition(topic, *p);
+            }
+            let committed = self.consumer.committed_offsets(tpl, TIMEOUT).ok();
+            for at in new {
+                let next = committed
+                    .as_ref()
+                    .and_then(|c| c.find_partition(&at.0, at.1))
+                    .and_then(|e| match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    });
+                self.queues.insert(at, Queue::new(next));
+            }
+        }
+        for ((topic, p), q) in self.queues.iter_mut() {
+            q.behind = match (q.next, client::cached_watermarks(&self.consumer, topic, *p)) {
+                (Some(next), Some((_, high))) => next < high,
+                // Nothing fetched or committed: behind unless the partition holds nothing.
+                (None, Some((low, high))) => high > low.max(0),
+                (_, None) => true,
+            };
         }
     }
 
     /// The partition whose held record comes next in timestamp order, once every partition
-    /// either holds a record or has been idle for `max_idle` (as a join task waits for both its
-    /// partitions); past [`QUEUED_MAX`] held, the earliest goes regardless.
+    /// holds a record, or has been idle for `max_idle` with nothing left on the broker, or for
+    /// [`BEHIND_WAIT`] (as a join task waits for both its partitions); past [`QUEUED_MAX`] held,
+    /// the earliest goes regardless.
     fn next_in_order(&self) -> Option<(String, i32)> {
-        let waiting = self
-            .queues
-            .values()
-            .any(|q| q.records.is_empty() && q.last_fetch.elapsed() < self.max_idle);
+        // Over the cap: the earliest goes regardless, down to half the cap (one at a time would
+        // flush and commit for every record).
+        if self.queued >= QUEUED_MAX / 2 && self.forcing {
+            return self.earliest();
+        }
+        let waiting = self.queues.values().any(|q| {
+            let wait = if q.behind { BEHIND_WAIT } else { self.max_idle };
+            q.records.is_empty() && q.last_fetch.elapsed() < wait
+        });
         if waiting && self.queued < QUEUED_MAX {
             return None;
         }
+        self.earliest()
+    }
+
+    fn earliest(&self) -> Option<(String, i32)> {
         self.queues
             .iter()
             .filter_map(|(at, q)| {

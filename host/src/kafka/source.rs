@@ -400,24 +400,8 @@ impl Source {
         [0, 1].map(|i| self.cached_high_watermark(&self.topics[i], p))
     }
 
-    /// rdkafka 0.38 wraps only the blocking `fetch_watermarks`, so this calls
-    /// `rd_kafka_get_watermark_offsets` itself.
     fn cached_high_watermark(&self, topic: &str, p: i32) -> Option<i64> {
-        let topic = std::ffi::CString::new(topic).ok()?;
-        let (mut low, mut high) = (-1i64, -1i64);
-        // SAFETY: the client pointer lives as long as `self.consumer`; the out-pointers are valid
-        // locals.
-        let err = unsafe {
-            rdkafka::bindings::rd_kafka_get_watermark_offsets(
-                self.consumer.client().native_ptr(),
-                topic.as_ptr(),
-                p,
-                &mut low,
-                &mut high,
-            )
-        };
-        (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0)
-            .then_some(high)
+        super::client::cached_watermarks(&self.consumer, topic, p).map(|(_, high)| high)
     }
 
     /// Records behind the high watermark per task and side, from the cached watermarks and the
