@@ -316,15 +316,25 @@ fn producer_with(bootstrap: &str, partitioner: &str) -> ThreadedProducer<Default
 }
 
 #[test]
-fn topics_with_different_partition_counts_are_refused_with_the_fix() {
+fn topics_with_different_partition_counts_are_refused_with_the_fix_when_repartitioning_is_off() {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("orders", 6, 1).unwrap();
     cluster.create_topic("payments", 4, 1).unwrap();
     cluster.create_topic("orders-paid", 1, 1).unwrap();
     cluster.create_topic("dlq", 1, 1).unwrap();
     let bootstrap = cluster.bootstrap_servers();
-    let config = config(&bootstrap, "unequal", CLASSIC);
+    let auto = config(&bootstrap, "unequal", CLASSIC);
+    let report = cojoin::check::check(&auto, 100).unwrap();
+    assert!(report.problems.is_empty(), "{report:?}");
+    assert!(
+        report.lines.iter().any(|l| l.starts_with(
+            "repartitioning: payments is re-keyed into unequal-payments-repartition (6 partitions, murmur2)"
+        )),
+        "{report:?}"
+    );
 
+    let mut config = config(&bootstrap, "unequal", CLASSIC);
+    config.join.repartition = cojoin::config::RepartitionPolicy::Never;
     let report = cojoin::check::check(&config, 100).unwrap();
     assert_eq!(report.problems.len(), 1, "{report:?}");
     assert!(
@@ -333,7 +343,7 @@ fn topics_with_different_partition_counts_are_refused_with_the_fix() {
         "{report:?}"
     );
 
-    let host = start_host(&bootstrap, "unequal");
+    let host = start_host_config(config);
     let err = host.thread.join().unwrap().unwrap_err();
     assert!(
         format!("{err:#}").contains("orders has 6 partitions, payments has 4"),

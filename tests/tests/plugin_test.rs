@@ -121,10 +121,7 @@ fn a_join_on_a_field_of_the_value_re_keys_the_recorded_side() {
     let dir = tempfile::tempdir().unwrap();
     let text = std::fs::read_to_string(root().join("examples/orders-payments/cojoin.toml"))
         .unwrap()
-        .replace(
-            "tombstones = \"drop\"",
-            "tombstones = \"drop\"\nright_key = \"/order_id\"",
-        );
+        .replace("right_key = \"record-key\"", "right_key = \"/order_id\"");
     let config = dir.path().join("cojoin.toml");
     std::fs::write(&config, text).unwrap();
     // Payments keyed by their own id, the order in the value; one lacks it.

@@ -54,9 +54,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The source topics' partition counts, read before anything else connects.
 pub fn partition_counts(config: &Config) -> Result<[usize; 2]> {
-    let reader: BaseConsumer = client::reader(&config.kafka, &config.kafka.group_id)
-        .create()
-        .context("creating a metadata reader")?;
+    let reader: BaseConsumer = metadata_reader(config)?;
     let mut counts = [0; 2];
     for (i, topic) in [&config.join.left, &config.join.right]
         .into_iter()
@@ -170,9 +168,7 @@ fn create_internal_topics(config: &Config, plan: &Plan) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> = client::base(&config.kafka)
         .create()
         .context("creating an admin client")?;
-    let reader: BaseConsumer = client::reader(&config.kafka, &config.kafka.group_id)
-        .create()
-        .context("creating a metadata reader")?;
+    let reader: BaseConsumer = metadata_reader(config)?;
     let runtime = runtime()?;
     for side in &plan.sides {
         let existing = topic_partitions(&reader, &side.internal)?;
@@ -214,6 +210,16 @@ fn create_internal_topics(config: &Config, plan: &Plan) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A client for metadata only, in a group of its own: never a member of the join's group.
+fn metadata_reader(config: &Config) -> Result<BaseConsumer> {
+    client::reader(
+        &config.kafka,
+        &format!("{}-repartition-metadata", config.kafka.group_id),
+    )
+    .create()
+    .context("creating a metadata reader")
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
