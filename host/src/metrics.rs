@@ -140,6 +140,13 @@ pub struct Snapshot {
     pub delivery_retries: u64,
     /// Processing has started on an assignment (for `/readyz`).
     pub processing: bool,
+    /// The repartition step (kafka/repartitioner.rs): records written re-keyed to an internal
+    /// topic, dead-lettered or dropped for lack of a join key (all acknowledged and committed),
+    /// and records held for its timestamp merge now.
+    pub repartitioned: u64,
+    pub repartition_dead_letters: u64,
+    pub repartition_dropped: u64,
+    pub repartition_held: u64,
 }
 
 /// The shared, lock-protected snapshot; written by the host loop and the swap paths, read by
@@ -284,6 +291,21 @@ impl Collector for Scrape {
             ),
             ("cojoin_plugin_swaps", "Plugin versions swapped in.", s.swaps),
             (
+                "cojoin_repartitioned_records",
+                "Records the repartition step wrote, re-keyed, to an internal topic (acknowledged, input committed).",
+                s.repartitioned,
+            ),
+            (
+                "cojoin_repartition_dead_letters",
+                "Records the repartition step dead-lettered: no join key (join.null_keys = dead-letter).",
+                s.repartition_dead_letters,
+            ),
+            (
+                "cojoin_repartition_dropped",
+                "Records the repartition step dropped: no join key (join.null_keys = drop).",
+                s.repartition_dropped,
+            ),
+            (
                 "cojoin_plugin_swaps_refused",
                 "Plugin files or uploads refused (the running version kept).",
                 s.swaps_refused,
@@ -426,6 +448,12 @@ impl Collector for Scrape {
                     .encode_gauge(&value(t))?;
             }
         }
+        gauge(
+            &mut e,
+            "cojoin_repartition_held_records",
+            "Records the repartition step has read and holds for its timestamp merge.",
+            s.repartition_held,
+        )?;
         gauge(
             &mut e,
             "cojoin_paused_partitions",

@@ -170,6 +170,16 @@ fn a_join_on_a_field_of_the_value_dead_letters_the_records_without_it() {
         assert_eq!(r.header("cojoin.source.topic"), Some("payments"));
         assert_eq!(r.header("cojoin.error.kind"), Some("null-key"));
     }
+    // 300 payments and 100 ticks written re-keyed, the 3 without the field dead-lettered.
+    let url = hosts[0].admin_url(Duration::from_secs(5));
+    let page = cojoin_e2e::http::get(&format!("{url}/metrics")).body;
+    for line in [
+        "cojoin_repartitioned_records_total 400",
+        "cojoin_repartition_dead_letters_total 3",
+        "cojoin_repartition_dropped_total 0",
+    ] {
+        assert!(page.lines().any(|l| l == line), "no {line:?} in\n{page}");
+    }
 }
 
 #[test]

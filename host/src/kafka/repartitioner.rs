@@ -43,6 +43,7 @@ use super::partitioner::Partitioner;
 use super::protocol::Protocol;
 use super::sink::send_with_room;
 use crate::config::{Config, RecordPolicy};
+use crate::metrics::Metrics;
 use crate::repartition::key::{self, NoKey};
 use crate::repartition::{Plan, SidePlan};
 
@@ -85,7 +86,12 @@ pub struct Repartitioner {
 impl Repartitioner {
     /// Creates the internal topics (or checks the partition counts of those that exist), waits
     /// until their metadata shows them, and starts the step.
-    pub fn start(config: &Config, plan: &Plan, protocol: Protocol) -> Result<Repartitioner> {
+    pub fn start(
+        config: &Config,
+        plan: &Plan,
+        protocol: Protocol,
+        metrics: Arc<Metrics>,
+    ) -> Result<Repartitioner> {
         create_internal_topics(config, plan)?;
         let mut consumer_config = client::consumer(&config.kafka, protocol, 64 << 20);
         consumer_config.set("group.id", format!("{}-repartition", config.kafka.group_id));
@@ -119,6 +125,7 @@ impl Repartitioner {
             queues: Default::default(),
             queued: 0,
             forcing: false,
+            metrics,
         };
         for side in &plan.sides {
             tracing::info!(
@@ -291,6 +298,15 @@ struct Step {
     queued: usize,
     /// This round started over [`QUEUED_MAX`]: the merge gives up waiting down to half of it.
     forcing: bool,
+    metrics: Arc<Metrics>,
+}
+
+/// What became of a record the step read.
+#[derive(Clone, Copy)]
+enum Fate {
+    Written,
+    DeadLettered,
+    Dropped,
 }
 
 impl Step {
@@ -337,6 +353,7 @@ impl Step {
         self.follow_assignment();
         // First offset written (to rewind to) and next offset (to commit) per source partition.
         let mut written: HashMap<(String, i32), (i64, i64)> = HashMap::new();
+        let mut fates = [0u64; 3];
         self.forcing = self.queued >= QUEUED_MAX;
         while let Some(at) = self.next_in_order() {
             let queue = self.queues.get_mut(&at).expect("chosen from the queues");
@@ -349,7 +366,7 @@ impl Step {
             let Some(side) = self.sides.iter().find(|s| s.source == message.topic()) else {
                 continue;
             };
-            self.forward(side, &message).with_context(|| {
+            let fate = self.forward(side, &message).with_context(|| {
                 format!(
                     "writing {}-{}@{}",
                     message.topic(),
@@ -357,7 +374,10 @@ impl Step {
                     message.offset()
                 )
             })?;
+            fates[fate as usize] += 1;
         }
+        self.metrics
+            .update(|m| m.repartition_held = self.queued as u64);
         if written.is_empty() {
             return Ok(());
         }
@@ -389,6 +409,11 @@ impl Step {
         for ((topic, partition), (_, next)) in &written {
             offsets.add_partition_offset(topic, *partition, Offset::Offset(*next))?;
         }
+        self.metrics.update(|m| {
+            m.repartitioned += fates[Fate::Written as usize];
+            m.repartition_dead_letters += fates[Fate::DeadLettered as usize];
+            m.repartition_dropped += fates[Fate::Dropped as usize];
+        });
         if let Err(e) = self.consumer.commit(&offsets, CommitMode::Sync) {
             // A partition moved to another host meanwhile: it reads these records again (the
             // internal topic gets them twice), nothing is lost.
@@ -481,7 +506,7 @@ impl Step {
     }
 
     /// One record to its internal topic, or to the dead-letter topic when it has no join key.
-    fn forward(&self, side: &SidePlan, m: &OwnedMessage) -> Result<()> {
+    fn forward(&self, side: &SidePlan, m: &OwnedMessage) -> Result<Fate> {
         let headers = m.headers().map(|hs| {
             hs.iter().fold(OwnedHeaders::new(), |acc, h| {
                 acc.insert(Header {
@@ -503,7 +528,8 @@ impl Step {
                 if let Some(h) = headers {
                     record = record.headers(h);
                 }
-                send_with_room(&self.producer, record).map_err(kafka_error)
+                send_with_room(&self.producer, record).map_err(kafka_error)?;
+                Ok(Fate::Written)
             }
             Err(no_key) => self.no_key(side, m, headers, &no_key),
         }
@@ -515,7 +541,7 @@ impl Step {
         m: &OwnedMessage,
         headers: Option<OwnedHeaders>,
         no_key: &NoKey,
-    ) -> Result<()> {
+    ) -> Result<Fate> {
         let reason = format!("no join key ({}): {}", side.key, no_key.reason());
         let at = format!("{}-{}@{}", m.topic(), m.partition(), m.offset());
         match (self.null_keys, &self.dead_letter_topic) {
@@ -540,11 +566,12 @@ impl Step {
                 let mut record = BaseRecord::<[u8], [u8]>::to(dlq).headers(h);
                 record.key = m.key();
                 record.payload = m.payload();
-                send_with_room(&self.producer, record).map_err(kafka_error)
+                send_with_room(&self.producer, record).map_err(kafka_error)?;
+                Ok(Fate::DeadLettered)
             }
             _ => {
                 tracing::info!(record = %at, "dropped (join.null_keys = \"drop\"): {reason}");
-                Ok(())
+                Ok(Fate::Dropped)
             }
         }
     }

@@ -166,7 +166,12 @@ impl Host {
                 "output.guarantee = \"exactly-once\" with a repartitioned side ({}) is not supported yet: the repartition step is at-least-once; co-partition the topics and key them by the join key, or use \"at-least-once\"",
                 plan.sides[0].why
             );
-            Some(Repartitioner::start(cfg, &plan, protocol)?)
+            Some(Repartitioner::start(
+                cfg,
+                &plan,
+                protocol,
+                self.metrics.clone(),
+            )?)
         };
         let (left, right) = (plan.join_topics[0].as_str(), plan.join_topics[1].as_str());
         let transactional_id = (cfg.output.guarantee == Guarantee::ExactlyOnce).then(|| {
