@@ -194,11 +194,9 @@ fn repartition_report(
             side.source, side.internal, plan.partitions, side.why, side.source
         ));
     }
-    if config.output.guarantee == crate::config::Guarantee::ExactlyOnce {
-        report.problems.push(
-            "output.guarantee = \"exactly-once\" with a repartitioned side is not supported yet (the repartition step is at-least-once): key both topics by the join key with equal partition counts, or use \"at-least-once\"".to_owned(),
-        );
-    }
+    report
+        .problems
+        .extend(plan.refusal(config.output.guarantee));
     let topics = [&config.join.left, &config.join.right];
     for i in 0..2 {
         if plan.sides.iter().any(|s| s.source == *topics[i]) {

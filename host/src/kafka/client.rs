@@ -175,6 +175,28 @@ pub fn reader(kafka: &KafkaConfig, group: &str) -> ClientConfig {
     c
 }
 
+/// Partition count of `topic` from the broker's metadata (0 for a topic that does not exist).
+pub fn topic_partitions<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &rdkafka::consumer::BaseConsumer<C>,
+    topic: &str,
+) -> anyhow::Result<usize> {
+    use anyhow::Context as _;
+    let metadata = rdkafka::consumer::Consumer::fetch_metadata(
+        consumer,
+        Some(topic),
+        std::time::Duration::from_secs(10),
+    )
+    .with_context(|| {
+        format!("reading metadata of topic {topic:?} (is kafka.bootstrap_servers right?)")
+    })?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .filter(|t| t.error().is_none())
+        .map_or(0, |t| t.partitions().len()))
+}
+
 /// (low, high) watermarks of a partition as the consumer last saw them in a fetch response (no
 /// broker round trip; rdkafka 0.38 wraps only the blocking `fetch_watermarks`).
 pub fn cached_watermarks<C: rdkafka::consumer::ConsumerContext>(

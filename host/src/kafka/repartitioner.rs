@@ -34,14 +34,14 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::client;
 use super::partitioner::Partitioner;
 use super::protocol::Protocol;
-use super::sink::send_with_room;
+use super::sink::{error_headers, send_with_room};
 use crate::config::{Config, RecordPolicy};
 use crate::metrics::Metrics;
 use crate::repartition::key::{self, NoKey};
@@ -61,23 +61,12 @@ pub fn partition_counts(config: &Config) -> Result<[usize; 2]> {
         .into_iter()
         .enumerate()
     {
-        counts[i] = topic_partitions(&reader, topic)?;
+        counts[i] = client::topic_partitions(&reader, topic)?;
     }
     Ok(counts)
 }
 
-fn topic_partitions(reader: &BaseConsumer, topic: &str) -> Result<usize> {
-    let metadata = reader
-        .fetch_metadata(Some(topic), TIMEOUT)
-        .with_context(|| format!("reading the metadata of {topic}"))?;
-    Ok(metadata
-        .topics()
-        .first()
-        .filter(|t| t.error().is_none())
-        .map_or(0, |t| t.partitions().len()))
-}
-
-/// The running step; stopped (and its last batch committed) by [`Repartitioner::stop`].
+/// The running step, until dropped.
 pub struct Repartitioner {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -150,16 +139,9 @@ impl Repartitioner {
             thread: Some(thread),
         })
     }
-
-    /// Finishes the batch in hand (written and committed) and leaves the group.
-    pub fn stop(mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
+/// Dropping the step finishes the batch in hand (written and committed) and leaves its group.
 impl Drop for Repartitioner {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
@@ -178,7 +160,7 @@ fn create_internal_topics(config: &Config, plan: &Plan) -> Result<()> {
     let reader: BaseConsumer = metadata_reader(config)?;
     let runtime = runtime()?;
     for side in &plan.sides {
-        let existing = topic_partitions(&reader, &side.internal)?;
+        let existing = client::topic_partitions(&reader, &side.internal)?;
         if existing == 0 {
             let topic = NewTopic::new(
                 &side.internal,
@@ -207,7 +189,7 @@ fn create_internal_topics(config: &Config, plan: &Plan) -> Result<()> {
             );
         }
         let deadline = Instant::now() + TIMEOUT;
-        while topic_partitions(&reader, &side.internal)? != plan.partitions {
+        while client::topic_partitions(&reader, &side.internal)? != plan.partitions {
             anyhow::ensure!(
                 Instant::now() < deadline,
                 "the internal topic {} was created but its metadata did not show it within {TIMEOUT:?}",
@@ -507,14 +489,7 @@ impl Step {
 
     /// One record to its internal topic, or to the dead-letter topic when it has no join key.
     fn forward(&self, side: &SidePlan, m: &OwnedMessage) -> Result<Fate> {
-        let headers = m.headers().map(|hs| {
-            hs.iter().fold(OwnedHeaders::new(), |acc, h| {
-                acc.insert(Header {
-                    key: h.key,
-                    value: h.value,
-                })
-            })
-        });
+        let headers = m.headers().cloned();
         match key::select(&side.key, m.key(), m.payload()) {
             Ok(new_key) => {
                 let partition = Partitioner::Murmur2.partition(&new_key, self.partitions);
@@ -547,22 +522,18 @@ impl Step {
         match (self.null_keys, &self.dead_letter_topic) {
             (RecordPolicy::DeadLetter, Some(dlq)) => {
                 tracing::info!(record = %at, dead_letter_topic = %dlq, "dead-lettered: {reason}");
-                let (partition, offset) = (m.partition().to_string(), m.offset().to_string());
-                let ts = m.timestamp().to_millis().unwrap_or(0).to_string();
-                let mut h = headers.unwrap_or_default();
-                for (k, v) in [
-                    ("cojoin.error.kind", "null-key"),
-                    ("cojoin.error.message", reason.as_str()),
-                    ("cojoin.source.topic", m.topic()),
-                    ("cojoin.source.partition", partition.as_str()),
-                    ("cojoin.source.offset", offset.as_str()),
-                    ("cojoin.source.timestamp", ts.as_str()),
-                ] {
-                    h = h.insert(Header {
-                        key: k,
-                        value: Some(v.as_bytes()),
-                    });
-                }
+                let h = error_headers(
+                    headers.unwrap_or_default(),
+                    "null-key",
+                    &reason,
+                    None,
+                    (
+                        m.topic(),
+                        m.partition(),
+                        m.offset(),
+                        m.timestamp().to_millis().unwrap_or(0),
+                    ),
+                );
                 let mut record = BaseRecord::<[u8], [u8]>::to(dlq).headers(h);
                 record.key = m.key();
                 record.payload = m.payload();

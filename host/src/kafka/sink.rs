@@ -535,29 +535,55 @@ fn log_dead_letter(d: &DeadLetter, input: &Event, dlq: &str) {
 
 /// The input's own headers, then what happened and where the record came from.
 fn dead_letter_headers(d: &DeadLetter, input: &Event, value_omitted: bool) -> OwnedHeaders {
-    let (partition, offset, ts) = (
-        input.partition.to_string(),
-        input.offset.to_string(),
-        input.timestamp.to_string(),
+    let headers = error_headers(
+        kafka_headers(&input.headers),
+        d.reason.kind(),
+        d.reason.message(),
+        Some(d.reason.plugin_version()),
+        (&input.topic, input.partition, input.offset, input.timestamp),
     );
-    let mut headers = kafka_headers(&input.headers);
-    let mut add = |k: &str, v: &str| {
-        headers = std::mem::replace(&mut headers, OwnedHeaders::new()).insert(Header {
-            key: k,
-            value: Some(v.as_bytes()),
-        });
-    };
-    add("cojoin.error.kind", d.reason.kind());
-    add("cojoin.error.message", d.reason.message());
-    add("cojoin.plugin.version", d.reason.plugin_version());
-    add("cojoin.source.topic", &input.topic);
-    add("cojoin.source.partition", &partition);
-    add("cojoin.source.offset", &offset);
-    add("cojoin.source.timestamp", &ts);
     if value_omitted {
-        add("cojoin.value.omitted", "the dead-letter topic refused the value; read it from the source topic at the offset above");
+        return headers.insert(Header {
+            key: "cojoin.value.omitted",
+            value: Some(&b"the dead-letter topic refused the value; read it from the source topic at the offset above"[..]),
+        });
     }
     headers
+}
+
+/// `base` (a dead letter's own headers), then `cojoin.error.kind`, `cojoin.error.message`,
+/// `cojoin.plugin.version` (when given) and the source record's topic, partition, offset and
+/// timestamp: the dead-letter headers of the sink and of the repartition step.
+pub(crate) fn error_headers(
+    base: OwnedHeaders,
+    kind: &str,
+    message: &str,
+    plugin_version: Option<&str>,
+    (topic, partition, offset, timestamp): (&str, i32, i64, i64),
+) -> OwnedHeaders {
+    let (partition, offset, timestamp) = (
+        partition.to_string(),
+        offset.to_string(),
+        timestamp.to_string(),
+    );
+    let pairs = [
+        ("cojoin.error.kind", Some(kind)),
+        ("cojoin.error.message", Some(message)),
+        ("cojoin.plugin.version", plugin_version),
+        ("cojoin.source.topic", Some(topic)),
+        ("cojoin.source.partition", Some(partition.as_str())),
+        ("cojoin.source.offset", Some(offset.as_str())),
+        ("cojoin.source.timestamp", Some(timestamp.as_str())),
+    ];
+    pairs
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .fold(base, |headers, (key, value)| {
+            headers.insert(Header {
+                key,
+                value: Some(value.as_bytes()),
+            })
+        })
 }
 
 fn kafka_headers(headers: &[crate::event::Header]) -> OwnedHeaders {

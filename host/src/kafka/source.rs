@@ -242,28 +242,6 @@ impl Source {
         })
     }
 
-    /// Partition counts of the left and right topic (0 for a topic that does not exist).
-    pub fn partition_counts(&self) -> Result<[usize; 2]> {
-        let mut counts = [0; 2];
-        for (i, topic) in self.topics.iter().enumerate() {
-            let metadata = self
-                .consumer
-                .fetch_metadata(Some(topic), TIMEOUT)
-                .with_context(|| {
-                    format!(
-                        "reading metadata of topic {topic:?} (is kafka.bootstrap_servers right?)"
-                    )
-                })?;
-            counts[i] = metadata
-                .topics()
-                .iter()
-                .find(|t| t.name() == &**topic)
-                .filter(|t| t.error().is_none())
-                .map_or(0, |t| t.partitions().len());
-        }
-        Ok(counts)
-    }
-
     /// Joins the group.
     pub fn subscribe(&self) -> Result<()> {
         let [left, right] = &self.topics;

@@ -12,7 +12,7 @@
 
 pub mod key;
 
-use crate::config::{JoinConfig, KeySelector, RepartitionPolicy};
+use crate::config::{Guarantee, JoinConfig, KeySelector, RepartitionPolicy};
 use crate::event::Side;
 
 /// A side that is re-keyed into an internal topic.
@@ -37,6 +37,30 @@ pub struct Plan {
     pub partitions: usize,
     /// The repartitioned sides (none, one or both).
     pub sides: Vec<SidePlan>,
+}
+
+impl Plan {
+    /// The partition counts of the topics the join reads, from the source topics' counts: an
+    /// internal topic has the plan's count (the step creates it so, or refuses to start).
+    pub fn join_counts(&self, source_counts: [usize; 2]) -> [usize; 2] {
+        [Side::Left, Side::Right].map(|side| {
+            if self.sides.iter().any(|s| s.side == side) {
+                self.partitions
+            } else {
+                source_counts[side as usize]
+            }
+        })
+    }
+
+    /// Why this plan cannot run under `guarantee`, if it cannot: the repartition step is
+    /// at-least-once, so exactly-once with a repartitioned side is refused (by `run` and `check`).
+    pub fn refusal(&self, guarantee: Guarantee) -> Option<String> {
+        let side = self.sides.first()?;
+        (guarantee == Guarantee::ExactlyOnce).then(|| format!(
+            "output.guarantee = \"exactly-once\" with a repartitioned side ({} is, because {}) is not supported yet: the repartition step is at-least-once; key both topics by the join key with murmur2 and equal partition counts, or use \"at-least-once\"",
+            side.source, side.why
+        ))
+    }
 }
 
 /// The internal topic of `topic` for the join group `group`.
@@ -123,6 +147,8 @@ mod tests {
     fn co_partitioned_topics_keyed_by_their_record_key_are_read_as_they_are() {
         let p = plan(&join(""), "g", 6, 6);
         assert_eq!(p.join_topics, ["orders".to_owned(), "payments".to_owned()]);
+        assert_eq!(p.join_counts([6, 6]), [6, 6]);
+        assert!(p.refusal(Guarantee::ExactlyOnce).is_none());
         assert_eq!((p.partitions, p.sides.len()), (6, 0));
     }
 
@@ -135,6 +161,13 @@ mod tests {
         );
         assert_eq!(p.partitions, 6);
         assert_eq!(p.sides[0].why, "it has 4 partitions, orders has 6");
+        assert_eq!(p.join_counts([6, 4]), [6, 6]);
+        assert!(p.refusal(Guarantee::AtLeastOnce).is_none());
+        let refusal = p.refusal(Guarantee::ExactlyOnce).unwrap();
+        assert!(
+            refusal.contains("exactly-once") && refusal.contains("payments"),
+            "{refusal}"
+        );
         let p = plan(&join(""), "g", 2, 4);
         assert_eq!(p.sides[0].source, "orders");
         assert_eq!(p.partitions, 4);

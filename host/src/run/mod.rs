@@ -156,16 +156,15 @@ impl Host {
         }
         .emit(&self.metrics);
         // A side re-keyed into an internal topic is read from there (crate::repartition).
-        let [left_count, right_count] = repartitioner::partition_counts(cfg)?;
+        let source_counts = repartitioner::partition_counts(cfg)?;
+        let [left_count, right_count] = source_counts;
         let plan = repartition::plan(&cfg.join, &cfg.kafka.group_id, left_count, right_count);
+        if let Some(refusal) = plan.refusal(cfg.output.guarantee) {
+            anyhow::bail!(refusal);
+        }
         let _repartitioner = if plan.sides.is_empty() {
             None
         } else {
-            anyhow::ensure!(
-                cfg.output.guarantee != Guarantee::ExactlyOnce,
-                "output.guarantee = \"exactly-once\" with a repartitioned side ({}) is not supported yet: the repartition step is at-least-once; co-partition the topics and key them by the join key, or use \"at-least-once\"",
-                plan.sides[0].why
-            );
             Some(Repartitioner::start(
                 cfg,
                 &plan,
@@ -195,7 +194,7 @@ impl Host {
             self.metrics.clone(),
             sink.transactions(),
         )?;
-        let counts = source.partition_counts()?;
+        let counts = plan.join_counts(source_counts);
         assignment::check_counts(left, counts[0], right, counts[1])?;
         sink.verify_topics()?;
         source.subscribe()?;
