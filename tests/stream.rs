@@ -58,6 +58,8 @@ pub struct Tally {
     pub expiries: usize,
     /// Outputs beyond the first for an order (the same status again).
     pub duplicates: usize,
+    /// The orders reported more than once.
+    pub duplicated: Vec<String>,
     /// Expected orders never reported.
     pub missing: Vec<String>,
     /// Orders reported with the wrong status, or not expected at all.
@@ -80,6 +82,9 @@ impl Tally {
                 None => tally.missing.push(order.clone()),
                 Some(got) if got.iter().all(|s| s == want) => {
                     tally.duplicates += got.len() - 1;
+                    if got.len() > 1 {
+                        tally.duplicated.push(order.clone());
+                    }
                     match *want {
                         "paid" => tally.matches += 1,
                         _ => tally.expiries += 1,

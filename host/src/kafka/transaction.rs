@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 use rdkafka::TopicPartitionList;
 
 use super::sink::Deliveries;
@@ -35,16 +35,16 @@ pub enum Outcome {
     Fatal(String),
 }
 
-/// The host's transactional producer, shared by the sink (which produces in it) and the source
-/// (which commits it, also from the revoke callback).
-pub struct Transactions {
-    producer: Arc<BaseProducer<Deliveries>>,
+/// A transactional producer: the host's, shared by the sink (which produces in it) and the source
+/// (which commits it, also from the revoke callback); and the repartition step's own.
+pub struct Transactions<C: ProducerContext + 'static = Deliveries> {
+    producer: Arc<BaseProducer<C>>,
     open: AtomicBool,
 }
 
-impl Transactions {
+impl<C: ProducerContext + 'static> Transactions<C> {
     /// Registers the transactional id with the broker (fencing any earlier producer with it).
-    pub fn init(producer: Arc<BaseProducer<Deliveries>>) -> anyhow::Result<Transactions> {
+    pub fn init(producer: Arc<BaseProducer<C>>) -> anyhow::Result<Transactions<C>> {
         producer.init_transactions(TIMEOUT).map_err(|e| {
             anyhow::anyhow!("starting the transactional producer (output.guarantee = \"exactly-once\" needs Apache Kafka 2.5 or later with transactions enabled): {e}")
         })?;
@@ -124,8 +124,9 @@ impl Transactions {
     }
 }
 
-/// The transactional id of a host: derived from its static membership id when it has one (so a
-/// restart fences the previous process), else unique to this process.
+/// The transactional id of a host's producer (the repartition step's: `group` is
+/// `<group>-repartition`): derived from its static membership id when it has one (so a restart
+/// fences the previous process), else unique to this process.
 pub fn transactional_id(group: &str, instance_id: Option<&str>) -> String {
     match instance_id {
         Some(id) => format!("cojoin-{group}-{id}"),

@@ -12,7 +12,7 @@
 
 pub mod key;
 
-use crate::config::{Guarantee, JoinConfig, KeySelector, RepartitionPolicy};
+use crate::config::{JoinConfig, KeySelector, RepartitionPolicy};
 use crate::event::Side;
 
 /// A side that is re-keyed into an internal topic.
@@ -50,16 +50,6 @@ impl Plan {
                 source_counts[side as usize]
             }
         })
-    }
-
-    /// Why this plan cannot run under `guarantee`, if it cannot: the repartition step is
-    /// at-least-once, so exactly-once with a repartitioned side is refused (by `run` and `check`).
-    pub fn refusal(&self, guarantee: Guarantee) -> Option<String> {
-        let side = self.sides.first()?;
-        (guarantee == Guarantee::ExactlyOnce).then(|| format!(
-            "output.guarantee = \"exactly-once\" with a repartitioned side ({} is, because {}) is not supported yet: the repartition step is at-least-once; key both topics by the join key with murmur2 and equal partition counts, or use \"at-least-once\"",
-            side.source, side.why
-        ))
     }
 }
 
@@ -148,7 +138,6 @@ mod tests {
         let p = plan(&join(""), "g", 6, 6);
         assert_eq!(p.join_topics, ["orders".to_owned(), "payments".to_owned()]);
         assert_eq!(p.join_counts([6, 6]), [6, 6]);
-        assert!(p.refusal(Guarantee::ExactlyOnce).is_none());
         assert_eq!((p.partitions, p.sides.len()), (6, 0));
     }
 
@@ -162,12 +151,6 @@ mod tests {
         assert_eq!(p.partitions, 6);
         assert_eq!(p.sides[0].why, "it has 4 partitions, orders has 6");
         assert_eq!(p.join_counts([6, 4]), [6, 6]);
-        assert!(p.refusal(Guarantee::AtLeastOnce).is_none());
-        let refusal = p.refusal(Guarantee::ExactlyOnce).unwrap();
-        assert!(
-            refusal.contains("exactly-once") && refusal.contains("payments"),
-            "{refusal}"
-        );
         let p = plan(&join(""), "g", 2, 4);
         assert_eq!(p.sides[0].source, "orders");
         assert_eq!(p.partitions, 4);
