@@ -498,8 +498,8 @@ fn a_backlog_larger_than_memory_queue_bytes_is_paused_and_resumed_without_loss()
     let (_cluster, bootstrap) = join_cluster();
     let p = producer(&bootstrap);
     // 1,200 orders and 900 payments of ~8 KiB each (~17 MB) before the host starts, against a
-    // 4 MiB budget: 1 MiB for librdkafka's prefetch, 3 MiB over 4 tasks and 2 sides, 384 KiB per
-    // side. The bulk is in a header, which the plugin does not copy into its outputs (the mock
+    // 4 MiB budget: 1 MiB for librdkafka's prefetch, 512 KiB polled ahead during a round, 2.5 MiB
+    // over 4 tasks and 2 sides, 320 KiB per side. The bulk is in a header, which the plugin does not copy into its outputs (the mock
     // broker keeps 5 MB per partition).
     let pad = vec![b'x'; 8 * 1024];
     let send_padded = |topic: &str, key: &str, value: &str, ts: i64| {
@@ -542,9 +542,10 @@ fn a_backlog_larger_than_memory_queue_bytes_is_paused_and_resumed_without_loss()
     );
     let pauses = sample(&page, "cojoin_backpressure_pauses_total").unwrap();
     assert!(pauses > 0, "the backlog never filled a queue:\n{page}");
-    // A side pauses on the record that takes it past 384 KiB: no queue ever held more than
-    // 2 x (384 KiB + one record).
-    let bound = 2 * (384 * 1024 + 9 * 1024);
+    // A side pauses on the record that takes it past 320 KiB (records polled ahead for a side
+    // paused meanwhile are fetched again later): no queue ever held more than
+    // 2 x (320 KiB + one record).
+    let bound = 2 * (320 * 1024 + 9 * 1024);
     let peaks: Vec<u64> = page
         .lines()
         .filter(|l| l.starts_with("cojoin_queue_peak_bytes{"))

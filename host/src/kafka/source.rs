@@ -297,6 +297,19 @@ impl Source {
     }
 
     /// What the rebalance callbacks recorded since the last call.
+    /// Whether a rebalance callback ran since the loop last took the changes
+    /// ([`Source::rebalanced`]).
+    pub fn rebalance_pending(&self) -> bool {
+        let s = lock(&self.shared);
+        !s.revoked.is_empty() || !s.assigned.is_empty() || s.assignment
+    }
+
+    /// The tasks (partition numbers) with a partition revoked since the loop last took the
+    /// changes: their points are no longer this host's to commit.
+    pub fn revoked_pending(&self) -> std::collections::BTreeSet<i32> {
+        lock(&self.shared).revoked.iter().map(|(_, p)| *p).collect()
+    }
+
     pub fn rebalanced(&self) -> Rebalanced {
         let mut s = lock(&self.shared);
         let side = |(topic, p): (String, i32)| {
@@ -450,6 +463,24 @@ impl Source {
         self.consumer
             .resume(&tpl)
             .with_context(|| format!("resuming {}-{p}", self.topics[side as usize]))
+    }
+
+    /// Moves one partition's fetch position to `offset` (records polled from it and not handed
+    /// to its task are fetched again).
+    pub fn seek_side(&self, side: Side, p: i32, offset: i64) -> Result<()> {
+        let topic = &self.topics[side as usize];
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, p, Offset::Offset(offset))
+            .context("building a seek list")?;
+        let sought = self
+            .consumer
+            .seek_partitions(tpl, TIMEOUT)
+            .with_context(|| format!("moving {topic}-{p} back to offset {offset}"))?;
+        for e in sought.elements() {
+            e.error()
+                .with_context(|| format!("moving {topic}-{p} back to offset {offset}"))?;
+        }
+        Ok(())
     }
 
     /// Whether either partition of task p is paused (since an earlier assignment, maybe).

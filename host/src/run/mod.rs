@@ -18,6 +18,7 @@
 //! under the classic one every rebalance revokes and restarts every task.
 
 pub mod action;
+mod ahead;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,6 +45,7 @@ use crate::report::Happened;
 use crate::task::backpressure::{self, QueueMarks};
 use crate::task::{pool, PartitionTask, TaskCounters, TaskPolicy};
 use action::MeteredAction;
+use ahead::Polled;
 
 /// How often consumer lag is recomputed for the metrics.
 const LAG_INTERVAL: Duration = Duration::from_secs(2);
@@ -53,6 +55,9 @@ const WAITING_REPORTED_AFTER: Duration = Duration::from_secs(5);
 const REPARTITIONED_MAX_IDLE_MS: i64 = 1000;
 /// Records polled at most per round, so that rounds (and commits) keep coming under a backlog.
 const POLL_PER_ROUND: usize = 10_000;
+/// How long a task takes records for in one round: a round lasts about as long as its longest
+/// task, so the workers finish it close together (task/pool.rs) and rounds keep coming.
+const ROUND_TASK_TIME: Duration = Duration::from_millis(20);
 
 /// This host's directory for spilled join state, under `state.dir` (leftovers of hosts that
 /// died are removed).
@@ -93,6 +98,8 @@ struct Running {
     spill: Arc<SpillDir>,
     /// A record larger than a task side's queue share was reported (once per host).
     large_record_reported: bool,
+    /// Records polled while the last round ran, not yet handed to their tasks.
+    ahead: Polled,
 }
 
 impl Running {
@@ -229,14 +236,18 @@ impl Host {
             state_bytes: cfg.memory.state_bytes,
             spill,
             large_record_reported: false,
+            ahead: Polled::default(),
         };
         let started = Instant::now();
         let (mut last_lag, mut last_commit) = (started - LAG_INTERVAL, started);
         // A task stopped at its batch budget last round with records left: no waiting to poll.
         let mut more = false;
         while !shutdown.load(Ordering::Relaxed) {
-            // Consume what is there (bounded), waiting at most 50 ms for the first record.
-            for polled in 0..POLL_PER_ROUND {
+            // What was polled during the last round first, then what is there (bounded),
+            // waiting at most 50 ms for the first record.
+            let ahead = run.ahead.len();
+            self.hand_over(&source, &mut run)?;
+            for polled in ahead..POLL_PER_ROUND {
                 let wait = if polled == 0 && !more { 50 } else { 0 };
                 let record = source.poll(Duration::from_millis(wait))?;
                 self.apply_rebalance(&source, &mut run)?;
@@ -268,9 +279,46 @@ impl Host {
         Ok(())
     }
 
+    /// Hands the records polled during the last round to their tasks, in the order the loop
+    /// would have (run/ahead.rs). A side its task's queue pauses meanwhile takes none of its
+    /// later records: its partition is moved back to the first of them, fetched again on resume.
+    fn hand_over(&self, source: &Source, run: &mut Running) -> Result<()> {
+        let polled = std::mem::take(&mut run.ahead);
+        // Sides paused by this hand-over, and the first record each did not take.
+        let mut held_back: HashMap<(Side, i32), Option<i64>> = HashMap::new();
+        for record in polled.before {
+            let at = (record.side, record.event.partition);
+            if let Some(first) = held_back.get_mut(&at) {
+                first.get_or_insert(record.event.offset);
+                continue;
+            }
+            run.consumed[record.side as usize] += 1;
+            if self.queue(source, run, record)? {
+                held_back.insert(at, None);
+            }
+        }
+        for ((side, p), first) in held_back {
+            if let Some(offset) = first {
+                source.seek_side(side, p, offset)?;
+            }
+        }
+        if polled.rebalance {
+            self.apply_rebalance(source, run)?;
+        }
+        if let Some(record) = polled.after {
+            run.consumed[record.side as usize] += 1;
+            self.queue(source, run, record)?;
+        }
+        match polled.error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     /// Hands a polled record to its task, and pauses its partition once the task's queue for
-    /// that side passes its share of `memory.queue_bytes` (resumed by [`Host::resume_drained`]).
-    fn queue(&self, source: &Source, run: &mut Running, record: Record) -> Result<()> {
+    /// that side passes its share of `memory.queue_bytes` (resumed by [`Host::resume_drained`]):
+    /// whether it paused it now.
+    fn queue(&self, source: &Source, run: &mut Running, record: Record) -> Result<bool> {
         let marks = run.marks();
         let (side, p) = (record.side, record.event.partition);
         if !run.large_record_reported && record.event.footprint() > marks.high {
@@ -285,10 +333,11 @@ impl Host {
             .emit(&self.metrics);
         }
         let Some(task) = run.tasks.get_mut(&p) else {
-            return Ok(());
+            return Ok(false);
         };
         task.push(side, record.event);
-        if task.pause_if_full(side, marks) {
+        let paused = task.pause_if_full(side, marks);
+        if paused {
             source.pause_side(side, p, "backpressure: its task's queue is full")?;
             Happened::QueueFull {
                 task: p,
@@ -298,7 +347,7 @@ impl Host {
             }
             .emit(&self.metrics);
         }
-        Ok(())
+        Ok(paused)
     }
 
     /// Resumes the partitions paused for backpressure whose queues drained to the low mark.
@@ -350,11 +399,33 @@ impl Host {
             task.set_state_budget(state_budget);
             // A task's outputs in flight count against its queue share, both sides' worth.
             task.set_batch_budget(2 * marks.high);
+            task.set_time_budget(ROUND_TASK_TIME);
             task.set_wall_clock(wall_clock);
             task.set_end_offsets(source.cached_end_offsets(task.partition));
             running.push(task);
         }
-        let mut batches = pool::run_round(running, workers, now, &std::thread::sleep);
+        // Meanwhile this thread polls the next round's records.
+        let ahead_bytes = backpressure::polled_ahead_bytes(run.queue_bytes) as usize;
+        let ahead = &mut run.ahead;
+        let mut poll_ahead = |running: &dyn Fn() -> bool| {
+            ahead.poll_while(source, running, POLL_PER_ROUND, ahead_bytes)
+        };
+        let mut batches = pool::run_round_beside(
+            running,
+            workers,
+            now,
+            &std::thread::sleep,
+            Some(&mut poll_ahead),
+        );
+        // A partition revoked meanwhile: its task's points were committed in the callback and
+        // the task stops when the rebalance is applied; its batch is not delivered (the next
+        // owner makes it again from those points), nor are its points published again.
+        let revoked = if run.ahead.rebalance {
+            source.revoked_pending()
+        } else {
+            Default::default()
+        };
+        batches.retain(|(p, _)| !revoked.contains(p));
         // Every task's batch is sent, then all are awaited at once: one round trip per round.
         if let Delivered::Aborted(why) = sink.deliver(&mut batches, &mut run.tasks)? {
             Happened::TransactionAborted { why: &why }.emit(&self.metrics);
@@ -379,7 +450,9 @@ impl Host {
             }
         }
         for (p, task) in run.tasks.iter_mut() {
-            source.publish(*p, task.commit_points());
+            if !revoked.contains(p) {
+                source.publish(*p, task.commit_points());
+            }
         }
         self.resume_drained(source, run)?;
         Ok(more)
@@ -487,6 +560,14 @@ impl Host {
     /// Restarts every task from its last committed points (their partitions sought back there):
     /// what they did since is in an aborted transaction.
     fn rewind_all(&self, source: &Source, run: &mut Running) -> Result<()> {
+        // Polled ahead of the rewind: fetched again from the points.
+        let ahead = std::mem::take(&mut run.ahead);
+        if ahead.rebalance {
+            self.apply_rebalance(source, run)?;
+        }
+        if let Some(e) = ahead.error {
+            return Err(e);
+        }
         let held: Vec<i32> = run.tasks.keys().copied().collect();
         if held.is_empty() {
             return Ok(());

@@ -2,7 +2,8 @@
 //! pauses its partitions, and when they resume. Pure: the run loop pauses and resumes.
 //!
 //! A quarter of the budget goes to librdkafka's prefetch (`queued.max.messages.kbytes`, which
-//! also caps `fetch.max.bytes`); the rest is shared by the tasks, half per side. A side is paused
+//! also caps `fetch.max.bytes`), an eighth to the records the run loop polls while the workers
+//! run a round (handed to the tasks after it); the rest is shared by the tasks, half per side. A side is paused
 //! past its high mark and resumed at half of it, not at empty: the records still queued keep the
 //! task busy while the first fetch after the resume travels, so a paused task does not stall.
 //! Each side has its own marks: pausing the side that is ahead leaves the other fetching, which
@@ -11,6 +12,11 @@
 /// The share of the budget librdkafka's prefetch gets, in bytes.
 pub fn prefetch_bytes(queue_bytes: u64) -> u64 {
     queue_bytes / 4
+}
+
+/// The share of the budget for records polled during a round, in bytes.
+pub fn polled_ahead_bytes(queue_bytes: u64) -> u64 {
+    queue_bytes / 8
 }
 
 /// Queued bytes per side of one task at which its partition pauses (`high`) and resumes (`low`).
@@ -23,7 +29,7 @@ pub struct QueueMarks {
 impl QueueMarks {
     /// The marks of each of `tasks` tasks sharing `queue_bytes`.
     pub fn new(queue_bytes: u64, tasks: usize) -> Self {
-        let for_tasks = queue_bytes - prefetch_bytes(queue_bytes);
+        let for_tasks = queue_bytes - prefetch_bytes(queue_bytes) - polled_ahead_bytes(queue_bytes);
         let high = usize::try_from(for_tasks / 2 / tasks.max(1) as u64)
             .unwrap_or(usize::MAX)
             .max(1);
@@ -41,11 +47,12 @@ mod tests {
     #[test]
     fn the_budget_is_shared_by_prefetch_and_both_sides_of_every_task() {
         let m = QueueMarks::new(64 << 20, 4);
-        // 48 MiB for the queues, 4 tasks, 2 sides: 6 MiB each.
-        assert_eq!(m.high, 6 << 20);
-        assert_eq!(m.low, 3 << 20);
+        // 16 MiB prefetch, 8 MiB polled ahead, 40 MiB for the queues, 4 tasks, 2 sides: 5 MiB.
         assert_eq!(prefetch_bytes(64 << 20), 16 << 20);
+        assert_eq!(polled_ahead_bytes(64 << 20), 8 << 20);
+        assert_eq!(m.high, 5 << 20);
+        assert_eq!(m.low, 5 << 19);
         // No task yet: the whole queue share as one task's.
-        assert_eq!(QueueMarks::new(64 << 20, 0).high, 24 << 20);
+        assert_eq!(QueueMarks::new(64 << 20, 0).high, 20 << 20);
     }
 }

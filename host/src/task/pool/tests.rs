@@ -13,6 +13,8 @@ use crate::task::{ActionFailure, Emit, TaskPolicy};
 struct Echo {
     threads: Vec<ThreadId>,
     fails: bool,
+    /// How long each call takes.
+    pause: Duration,
 }
 
 impl Action for Echo {
@@ -23,6 +25,7 @@ impl Action for Echo {
         right: &Event,
     ) -> Result<Vec<OutputRecord>, ActionFailure> {
         self.threads.push(std::thread::current().id());
+        std::thread::sleep(self.pause);
         if self.fails {
             return Err(ActionFailure {
                 kind: crate::event::FailureKind::Crash,
@@ -55,6 +58,7 @@ fn echo() -> Echo {
     Echo {
         threads: Vec::new(),
         fails: false,
+        pause: Duration::ZERO,
     }
 }
 
@@ -137,14 +141,46 @@ fn several_workers_give_the_same_batches_in_the_same_order_as_one() {
     );
     assert_eq!(outputs(&got), outputs(&want));
     assert_eq!(outputs(&got).len(), 6 * 50);
-    // Tasks 0 and 3 ran on the first worker, 1 and 4 on the second, 2 and 5 on the third.
-    for (w, action) in three.iter().enumerate() {
-        assert_eq!(action.threads.len(), 2 * 50, "worker {w}");
+    // Workers take whole tasks from a shared list: every call of a worker on one thread, each
+    // worker's thread its own, the first worker on the calling thread. Which worker ran which
+    // task depends on timing; all 300 calls were made once.
+    let calls: usize = three.iter().map(|a| a.threads.len()).sum();
+    assert_eq!(calls, 6 * 50);
+    let mut threads = std::collections::HashSet::new();
+    for action in &three {
+        let mine: std::collections::HashSet<ThreadId> = action.threads.iter().copied().collect();
+        assert!(mine.len() <= 1, "a worker ran on one thread");
+        assert!(action.threads.len() % 50 == 0, "whole tasks");
+        threads.extend(mine);
     }
-    let distinct: std::collections::HashSet<ThreadId> =
-        three.iter().map(|a| a.threads[0]).collect();
-    assert_eq!(distinct.len(), 3, "each worker ran on a thread of its own");
-    assert_eq!(three[0].threads[0], std::thread::current().id());
+    let busy = three.iter().filter(|a| !a.threads.is_empty()).count();
+    assert_eq!(threads.len(), busy, "each worker on a thread of its own");
+    if let Some(t) = three[0].threads.first() {
+        assert_eq!(*t, std::thread::current().id());
+    }
+}
+
+#[test]
+fn a_worker_free_early_takes_the_next_task() {
+    // One long task (40 calls of 5 ms) and five short ones (2 calls each) on two workers: the
+    // long one is taken first, and the other worker takes every short one meanwhile. Dealt by
+    // position, the long task's worker would have had two short ones too.
+    let mut list = tasks(6, 2);
+    list[0] = tasks(1, 40).pop().unwrap();
+    let slow = || Echo {
+        pause: Duration::from_millis(5),
+        ..echo()
+    };
+    let mut two = [slow(), slow()];
+    let got = run_round(list.iter_mut().collect(), &mut two, 0, &no_sleep);
+    assert_eq!(outputs(&got).len(), 40 + 5 * 2);
+    let mut counts: Vec<usize> = two.iter().map(|a| a.threads.len()).collect();
+    counts.sort_unstable();
+    assert_eq!(
+        counts,
+        [10, 40],
+        "one worker took the long task, the other the rest"
+    );
 }
 
 #[test]
@@ -187,4 +223,56 @@ fn retries_sleep_through_the_given_function_on_every_thread() {
     assert_eq!(*slept.lock().unwrap(), 2 * 40, "one retry per failed match");
     assert!(outputs(&got).iter().all(|o| o.contains("dead letter")));
     assert_eq!(outputs(&got).len(), 2 * 40);
+}
+
+#[test]
+fn beside_runs_on_the_calling_thread_while_every_group_runs_on_its_own() {
+    let mut alone = tasks(6, 50);
+    let mut one = [echo()];
+    let want = run_round(alone.iter_mut().collect(), &mut one, 0, &no_sleep);
+
+    let mut shared = tasks(6, 50);
+    let mut two = [echo(), echo()];
+    let here = std::thread::current().id();
+    let (mut called, mut ended_idle) = (false, false);
+    let mut beside = |running: &dyn Fn() -> bool| {
+        called = true;
+        while running() {
+            std::thread::yield_now();
+        }
+        ended_idle = !running();
+    };
+    let got = run_round_beside(
+        shared.iter_mut().collect(),
+        &mut two,
+        0,
+        &no_sleep,
+        Some(&mut beside),
+    );
+    assert_eq!(outputs(&got), outputs(&want));
+    assert!(
+        called && ended_idle,
+        "beside ran, and returned once no worker ran"
+    );
+    assert!(
+        two.iter().flat_map(|a| &a.threads).all(|t| *t != here),
+        "no group ran on the calling thread"
+    );
+    for action in &two {
+        let mine: std::collections::HashSet<ThreadId> = action.threads.iter().copied().collect();
+        assert!(mine.len() <= 1, "a worker ran on one thread");
+    }
+
+    // A small round runs here and never calls beside.
+    let mut few = tasks(2, 2);
+    let mut called = false;
+    let mut beside = |_: &dyn Fn() -> bool| called = true;
+    run_round_beside(
+        few.iter_mut().collect(),
+        &mut two,
+        0,
+        &no_sleep,
+        Some(&mut beside),
+    );
+    assert!(!called);
 }

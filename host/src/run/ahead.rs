@@ -1,0 +1,62 @@
+//! Polling ahead: while the workers run a round's plugin calls, the run loop's thread polls the
+//! next records instead of waiting (`pool::run_round_beside`), so the Kafka side and the plugin
+//! overlap. The records are handed to the tasks after the round, in the order the loop would
+//! have queued them without the overlap: a rebalance callback stops the polling at once (records
+//! polled before it go to the tasks of before it, the record of the poll that brought it after
+//! the rebalance is applied, as the loop does for any poll).
+
+use std::time::Duration;
+
+use crate::kafka::source::{Record, Source};
+
+/// What was polled during a round.
+#[derive(Default)]
+pub struct Polled {
+    /// Polled before any rebalance callback ran, in order.
+    pub before: Vec<Record>,
+    bytes: usize,
+    /// A rebalance callback ran in the last poll: polling stopped there.
+    pub rebalance: bool,
+    /// The record the poll that ran the callback returned, if any.
+    pub after: Option<Record>,
+    /// The consumer failed for good: reported once the round is delivered.
+    pub error: Option<anyhow::Error>,
+}
+
+impl Polled {
+    /// How many records it holds.
+    pub fn len(&self) -> usize {
+        self.before.len() + usize::from(self.after.is_some())
+    }
+
+    /// Polls while `running()` (the workers are busy), up to `max_records` and `max_bytes`
+    /// (`memory.queue_bytes`' share for it), and stops at a rebalance or an error.
+    pub fn poll_while(
+        &mut self,
+        source: &Source,
+        running: &dyn Fn() -> bool,
+        max_records: usize,
+        max_bytes: usize,
+    ) {
+        while running()
+            && self.before.len() < max_records
+            && self.bytes < max_bytes
+            && !self.rebalance
+            && self.error.is_none()
+        {
+            // A short wait: the probe is read again soon after the workers finish.
+            match source.poll(Duration::from_millis(1)) {
+                Err(e) => self.error = Some(e),
+                Ok(record) if source.rebalance_pending() => {
+                    self.rebalance = true;
+                    self.after = record;
+                }
+                Ok(Some(record)) => {
+                    self.bytes += record.event.footprint();
+                    self.before.push(record);
+                }
+                Ok(None) => {}
+            }
+        }
+    }
+}
