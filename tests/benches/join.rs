@@ -20,7 +20,8 @@
 //! default 10000), BENCH_RUNS (rounds, default 3; the data set is produced once), BENCH_SYSTEMS
 //! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-rust-eos (exactly-once),
 //! cojoin-rust-repartition (both sides through internal topics first), cojoin-python,
-//! cojoin-js, kafka-streams-rocksdb, kafka-streams-memory, python-handwritten, quixstreams),
+//! cojoin-js, kafka-streams-rocksdb, kafka-streams-memory, python-handwritten,
+//! python-handwritten-producing, quixstreams),
 //! BENCH_WORKERS (cojoin's `plugin.workers`, default unset: one per core), PYTHON_BENCH (default
 //! .venv-bench/bin/python), BENCH_JAVA_HEAP (Kafka Streams' -Xmx, default 1g), BENCH_WINDOW_MS and
 //! BENCH_GRACE_MS (default 1000 each), BENCH_PERF=1 (`perf record -g` of each cojoin run, beside
@@ -86,6 +87,7 @@ fn main() {
     }
     kafka.create_topic("bench-out", PARTITIONS);
     kafka.create_topic("bench-dlq", 1);
+    kafka.create_topic("bench-peer-out", PARTITIONS);
 
     let peers = root().join("host/benches/peers");
     eprintln!("producing {records} records per topic…");
@@ -195,9 +197,16 @@ fn main() {
                 add(since(f, &kafka));
             }
         }
-        for (name, script) in [
-            ("python-handwritten", "handwritten_join.py"),
-            ("quixstreams", "quix_join.py"),
+        // The hand-written join builds its outputs; "-producing" also produces them, as cojoin
+        // does (what a join that replaces cojoin would have to do).
+        for (name, script, output_topic) in [
+            ("python-handwritten", "handwritten_join.py", None),
+            (
+                "python-handwritten-producing",
+                "handwritten_join.py",
+                Some("bench-peer-out"),
+            ),
+            ("quixstreams", "quix_join.py", None),
         ] {
             if run(name) {
                 // The peers join a fresh consumer group each time, so every run reads from the start.
@@ -209,6 +218,9 @@ fn main() {
                     &grace_ms().to_string(),
                 ])
                 .args(["--expect", &total.to_string()]);
+                if let Some(topic) = output_topic {
+                    cmd.args(["--output-topic", topic]);
+                }
                 let since = broker_since();
                 let f = timed(name, &mut cmd);
                 add(since(f, &kafka));
@@ -651,6 +663,7 @@ fn report(rows: &[Summary], expected: u64, records: u64, runs: u64) {
         ("cojoin-rust", "kafka-streams-memory", 2.0),
         ("cojoin-python", "quixstreams", 5.0),
         ("cojoin-python", "python-handwritten", 1.0),
+        ("cojoin-python", "python-handwritten-producing", 1.0),
     ] {
         if let (Some(x), Some(y)) = (rate(a), rate(b)) {
             println!("records/s {a} / {b}: {:.2} (target >= {target})", x / y);

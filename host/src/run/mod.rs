@@ -284,9 +284,20 @@ impl Host {
     /// later records: its partition is moved back to the first of them, fetched again on resume.
     fn hand_over(&self, source: &Source, run: &mut Running) -> Result<()> {
         let polled = std::mem::take(&mut run.ahead);
+        // A task with a partition revoked meanwhile stops when the rebalance is applied: its
+        // records are the next owner's to read from the committed points (as the loop drops
+        // what it polls for a task it does not hold).
+        let revoked = if polled.rebalance {
+            source.revoked_pending()
+        } else {
+            Default::default()
+        };
         // Sides paused by this hand-over, and the first record each did not take.
         let mut held_back: HashMap<(Side, i32), Option<i64>> = HashMap::new();
         for record in polled.before {
+            if revoked.contains(&record.event.partition) {
+                continue;
+            }
             let at = (record.side, record.event.partition);
             if let Some(first) = held_back.get_mut(&at) {
                 first.get_or_insert(record.event.offset);
