@@ -191,3 +191,80 @@ fn a_zombie_host_continued_after_its_tasks_moved_makes_nothing_visible() {
     );
     assert_eq!(tally.duplicates, 0, "{tally:?}\n{log}");
 }
+
+/// A rebalance while the workers run long parallel rounds and the run loop polls ahead
+/// (host/src/run/ahead.rs): a backlog whose every call takes 20 ms (the misbehave fixture's
+/// `nap` keys), one host, then a second joins mid-backlog (the classic protocol: every task of
+/// the first is revoked, most likely mid-round). A revoked task's batch in flight must be
+/// neither delivered nor committed: a read_committed reader sees every outcome exactly once.
+#[test]
+fn exactly_once_a_rebalance_during_parallel_rounds_loses_and_repeats_nothing() {
+    const NAPS: i64 = 600;
+    let _serial = serial();
+    let dir = run_dir("exactly_once_a_rebalance_during_parallel_rounds");
+    let kafka = join_broker(&dir);
+    let config = join_config(
+        &kafka.bootstrap,
+        "eos-ahead",
+        &plugin("misbehave.wasm"),
+        "left",
+    )
+    .replace("[output]\n", "[output]\nguarantee = \"exactly-once\"\n");
+    let first = cojoin_e2e::hosts::HostProcess::start(&dir, "host-0", &config);
+    let producer = kafka.producer("murmur2_random");
+    let records: Vec<stream::Record> = (0..NAPS)
+        .flat_map(|i| {
+            let key = format!("nap-{i}");
+            let ts = stream::BASE_TS + i * 1000;
+            let order = stream::Record {
+                topic: "orders",
+                key: key.clone(),
+                value: "{}".into(),
+                timestamp: ts,
+            };
+            let payment = (i % 4 != 0).then(|| stream::Record {
+                topic: "payments",
+                key,
+                value: "{}".into(),
+                timestamp: ts + 2000,
+            });
+            std::iter::once(order).chain(payment)
+        })
+        .collect();
+    kafka.produce(&producer, &records, None);
+    close_windows(&kafka, &producer);
+    // Each order's one outcome (a match, or its expiry) is "ok <key>".
+    let naps = |r: &[cojoin_e2e::broker::ReadRecord]| -> std::collections::HashMap<String, usize> {
+        let mut seen = std::collections::HashMap::new();
+        for key in r.iter().filter_map(|r| r.value.strip_prefix("ok nap-")) {
+            *seen.entry(key.to_owned()).or_insert(0) += 1;
+        }
+        seen
+    };
+    let mut reader = kafka.reader("orders-paid", 1);
+    reader.read_until("the first outcomes", Duration::from_secs(90), |r| {
+        naps(r).len() >= 40
+    });
+    let second = cojoin_e2e::hosts::HostProcess::start(&dir, "host-1", &config);
+    let hosts = [first, second];
+    reader.read_until("every outcome", Duration::from_secs(180), |r| {
+        naps(r).len() >= NAPS as usize
+    });
+    // Any duplicate would come within a few commit intervals of the last outcome.
+    let seen = naps(reader.read_for(Duration::from_secs(5)));
+    let repeated: Vec<(&String, &usize)> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    let log = hosts[0].log_text();
+    let revokes = log.matches("partitions revoked").count();
+    let mid_round = log.matches("partitions revoked during a round").count();
+    eprintln!(
+        "exactly-once, a host joining mid-backlog: {} outcomes of {NAPS}, {} repeated, {revokes} revoke(s) on host-0, {mid_round} during a round",
+        seen.len(),
+        repeated.len()
+    );
+    assert_eq!(seen.len(), NAPS as usize, "{}", post_mortem(&kafka, &hosts));
+    assert!(repeated.is_empty(), "repeated: {repeated:?}");
+    assert!(revokes > 0, "host-0 never lost a task:\n{log}");
+    // What this test is for: the revoke came while a round ran (a gap between two rounds is
+    // a few ms against rounds of hundreds).
+    assert!(mid_round > 0, "no revoke came during a round:\n{log}");
+}

@@ -436,7 +436,19 @@ impl Host {
         } else {
             Default::default()
         };
-        batches.retain(|(p, _)| !revoked.contains(p));
+        if !revoked.is_empty() {
+            let dropped: Vec<i32> = batches
+                .iter()
+                .map(|(p, _)| *p)
+                .filter(|p| revoked.contains(p))
+                .collect();
+            tracing::info!(
+                target: "cojoin::report",
+                ?dropped,
+                "partitions revoked during a round: the batches of its revoked tasks are dropped (their records are the next owner's to read from the committed points)"
+            );
+            batches.retain(|(p, _)| !revoked.contains(p));
+        }
         // Every task's batch is sent, then all are awaited at once: one round trip per round.
         if let Delivered::Aborted(why) = sink.deliver(&mut batches, &mut run.tasks)? {
             Happened::TransactionAborted { why: &why }.emit(&self.metrics);
