@@ -86,9 +86,16 @@ rust-plugins: wasm-target
 	  || cp plugins/rust/target/wasm32-wasip2/release/$$p.wasm $(OUT)/$$p.wasm; done
 	@cmp -s $(OUT)/order_paid.wasm $(OUT)/order_paid_rust.wasm || cp $(OUT)/order_paid.wasm $(OUT)/order_paid_rust.wasm
 
-$(OUT)/%_python.wasm: plugins/python/%/app.py wit/plugin.wit $(COMPONENTIZE_PY)
+# Built as `cojoin plugin build` builds a Python project: through its loader, which adds
+# on_batch (world plugin-batched) to the app's WitWorld.
+PY_LOADER := build/python-loader/cojoin_app_loader.py
+$(PY_LOADER): host/templates/loader.py
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+$(OUT)/%_python.wasm: plugins/python/%/app.py wit/plugin.wit $(PY_LOADER) $(COMPONENTIZE_PY)
 	@mkdir -p $(OUT)
-	$(COMPONENTIZE_PY) -d wit -w plugin componentize -p plugins/python/$* app -o $@.tmp
+	$(COMPONENTIZE_PY) -d wit -w plugin-batched componentize -p plugins/python/$* -p $(dir $(PY_LOADER)) cojoin_app_loader -o $@.tmp
 	@mv $@.tmp $@
 
 # componentize-js is called directly: `jco componentize` 1.35 cannot read the WIT path here.
@@ -103,7 +110,8 @@ $(OUT)/noop_js.wasm: plugins/js/noop.js wit/plugin.wit $(COMPONENTIZE_JS)
 	$(COMPONENTIZE_JS) $< --wit wit --world-name plugin -d http -d fetch-event -o $@.tmp
 	@mv $@.tmp $@
 
-plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm $(OUT)/noop_python.wasm $(OUT)/noop_js.wasm
+plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm $(OUT)/noop_python.wasm $(OUT)/noop_js.wasm \
+  $(OUT)/misbehave_python.wasm
 
 # --- host ---------------------------------------------------------------------------------------
 # Built as the tests build it (`cargo test --no-run` also builds the cojoin binary): a plain

@@ -1,6 +1,7 @@
 //! The cost of one `on-match` call per plugin language (criterion), with 100-byte values: the
 //! host's copy of both events into the guest, the call, and reading the returned records back.
-//! Needs the built plugins (`make plugins`); run with `make bench`.
+//! Needs the built plugins (`make plugins`); run with `make bench`. `on_batch`: the same call in
+//! batches of 32 (`on-batch`, for the plugins that export it), per call.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 mod support;
 use support::{event_100b, plugin_path, BENCH_PLUGINS};
 
+use cojoin::event::Call;
 use cojoin::plugin::{EngineOptions, PluginEngine, PluginLimits, PluginRegistry};
 
 fn on_match(c: &mut Criterion) {
@@ -37,6 +39,34 @@ fn on_match(c: &mut Criterion) {
         let mut worker = registry.handle().unwrap();
         g.bench_function(label, |bench| {
             bench.iter(|| worker.on_match(a.key_bytes(), &a, &b).unwrap())
+        });
+    }
+    g.finish();
+
+    const BATCH: usize = 32;
+    let call = Call::Match {
+        key: a.key_bytes(),
+        left: &a,
+        right: &b,
+    };
+    let calls = vec![call; BATCH];
+    let mut g = c.benchmark_group("on_batch");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    g.measurement_time(Duration::from_secs(4));
+    for (label, file) in BENCH_PLUGINS {
+        let registry = PluginRegistry::from_file(
+            engine.clone(),
+            &plugin_path(file),
+            PluginLimits::default(),
+            vec![],
+        )
+        .unwrap();
+        let mut worker = registry.handle().unwrap();
+        if worker.on_batch(&calls).is_none() {
+            continue; // no on-batch export
+        }
+        g.bench_function(label, |bench| {
+            bench.iter(|| worker.on_batch(&calls).unwrap().unwrap())
         });
     }
     g.finish();

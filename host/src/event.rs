@@ -82,6 +82,37 @@ pub struct OutputRecord {
     pub headers: Vec<Header>,
 }
 
+/// One call of the plugin's action, as a batch carries it.
+#[derive(Clone, Copy, Debug)]
+pub enum Call<'a> {
+    Match {
+        key: &'a [u8],
+        left: &'a Event,
+        right: &'a Event,
+    },
+    Expire {
+        key: &'a [u8],
+        event: &'a Event,
+        side: Side,
+    },
+}
+
+impl<'a> Call<'a> {
+    pub fn key(&self) -> &'a [u8] {
+        match *self {
+            Call::Match { key, .. } | Call::Expire { key, .. } => key,
+        }
+    }
+
+    /// The events the call is made on.
+    pub fn events(&self) -> Vec<&'a Event> {
+        match *self {
+            Call::Match { left, right, .. } => vec![left, right],
+            Call::Expire { event, .. } => vec![event],
+        }
+    }
+}
+
 /// A key as a log line can show it: the text when it is short printable UTF-8, else hex
 /// (`0x…`); long keys are cut with `…`.
 pub fn printable_key(key: &[u8]) -> String {

@@ -2,7 +2,8 @@
 
 The component's entry point. It imports app.py at build time, so the interpreter snapshot that
 componentize-py makes holds app.py and everything it imports, and it hands each call to
-app.WitWorld. When only app.py changed since, `cojoin plugin build` reuses the component and
+app.WitWorld. It also serves on_batch (world plugin-batched): the host's batches of matches and
+expiries, each handed to app.WitWorld's on_match / on_expire in order. When only app.py changed since, `cojoin plugin build` reuses the component and
 embeds the new source, which the host passes to init under SOURCE_KEY: init then runs that source
 as the module app, and its WitWorld serves from then on.
 """
@@ -12,13 +13,27 @@ import types
 
 import app
 import wit_world
-from componentize_py_types import Err
+from componentize_py_types import Err, Ok
+
+try:
+    from wit_world.imports.types import Call_OnMatch
+except ImportError:  # built for the world `plugin` (a project's older WIT): no on_batch export
+    Call_OnMatch = None
 
 SOURCE_KEY = "cojoin.python.app"
 
-# componentize-py makes one WitWorld per export (init, on-match, on-expire): the app's instance
-# is shared through the module, and each of ours is pointed at it.
-_app = app.WitWorld()
+
+def _instantiate(cls):
+    # The app's class leaves on_batch out (ours serves it), which wit_world.WitWorld declares
+    # abstract in the world plugin-batched: a subclass marks it served.
+    if "on_batch" in getattr(cls, "__abstractmethods__", ()):
+        cls = type(cls.__name__, (cls,), {"on_batch": None, "__module__": cls.__module__})
+    return cls()
+
+
+# componentize-py makes one WitWorld per export (init, on-match, on-expire, on-batch): the app's
+# instance is shared through the module, and each of ours is pointed at it.
+_app = _instantiate(app.WitWorld)
 _ours = []
 
 
@@ -47,7 +62,7 @@ class WitWorld(wit_world.WitWorld):
             module.__file__ = "app.py"
             try:
                 exec(compile(source, "app.py", "exec"), module.__dict__)
-                inner = module.WitWorld()
+                inner = _instantiate(module.WitWorld)
             except Exception as e:
                 raise Err(f"app.py: {type(e).__name__}: {e} (a full `cojoin plugin build` after deleting build/.cojoin-base rebuilds everything)")
             sys.modules["app"] = module
@@ -61,3 +76,22 @@ class WitWorld(wit_world.WitWorld):
 
     def on_expire(self, key, event, side):
         return _app.on_expire(key, event, side)
+
+    def on_batch(self, calls):
+        # One result per call: what the app returned, or the Err it raised. Any other exception
+        # fails the whole batch (a trap, as for one call); the host then makes the calls one by
+        # one, so that only the failing one fails.
+        results = []
+        append = results.append
+        on_match = _app.on_match
+        on_expire = _app.on_expire
+        for call in calls:
+            args = call.value
+            try:
+                if type(call) is Call_OnMatch:
+                    append(Ok(on_match(args.key, args.a, args.b)))
+                else:
+                    append(Ok(on_expire(args.key, args.event, args.side)))
+            except Err as e:
+                append(e)
+        return results

@@ -2,16 +2,26 @@
 //! instance of it (`PluginInstance`: one store, reused across calls, rebuilt after a trap).
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
+use wasmtime::component::{ComponentExportIndex, Func, InstancePre, TypedFunc};
 use wasmtime::{Store, Trap};
 
-use super::bindings::{self, wit, PluginBindings, PluginBindingsPre};
+use super::bindings::{
+    self, wit, OnBatchParams, OnBatchResults, PluginBindings, PluginBindingsIndices,
+};
 use super::engine::{CompiledPlugin, PluginEngine};
 use super::error::{CallError, LoadError, TrapKind};
 use super::limits::{MemoryCapExceeded, PluginLimits};
 use super::sandbox::{SleepPastDeadline, StoreState};
-use crate::event::{Event, OutputRecord, Side};
+use crate::event::{Call, Event, OutputRecord, Side};
+
+/// The most calls one `on-batch` call takes: past a few dozen the per-call entry it saves is
+/// already small against the calls themselves.
+pub const MAX_BATCH: usize = 32;
+
+/// What each call of a batch returned: its records, or the plugin's error message.
+pub type BatchResults = Vec<Result<Vec<OutputRecord>, String>>;
 
 /// One version of a plugin, as published by the registry.
 pub struct PluginVersion {
@@ -25,7 +35,10 @@ pub struct PluginVersion {
     /// `name@` + the first 12 hex digits of the sha256; tags logs and errors.
     pub label: Arc<str>,
     pub compiled: CompiledInfo,
-    pre: PluginBindingsPre<StoreState>,
+    instance_pre: InstancePre<StoreState>,
+    indices: PluginBindingsIndices,
+    /// The `on-batch` export (world `plugin-batched`), when the component has it.
+    on_batch: Option<ComponentExportIndex>,
     engine: Arc<PluginEngine>,
     limits: PluginLimits,
     config: Arc<[(String, String)]>,
@@ -57,7 +70,10 @@ impl PluginVersion {
             .linker
             .instantiate_pre(&compiled.component)
             .map_err(wrong_world)?;
-        let pre = PluginBindingsPre::new(instance_pre).map_err(wrong_world)?;
+        let indices = PluginBindingsIndices::new(&instance_pre).map_err(wrong_world)?;
+        let on_batch = compiled
+            .component
+            .get_export_index(None, bindings::ON_BATCH);
         let label: Arc<str> = format!("{name}@{}", &compiled.sha256[..12]).into();
         let config = if compiled.embedded_config.is_empty() {
             config
@@ -79,7 +95,9 @@ impl PluginVersion {
                 cache: compiled.cache,
                 compile_time: compiled.compile_time,
             },
-            pre,
+            instance_pre,
+            indices,
+            on_batch,
             engine: engine.clone(),
             limits,
             config,
@@ -88,6 +106,11 @@ impl PluginVersion {
 
     pub fn limits(&self) -> &PluginLimits {
         &self.limits
+    }
+
+    /// Whether the component takes calls in batches (it exports `on-batch`).
+    pub fn batches(&self) -> bool {
+        self.on_batch.is_some()
     }
 
     /// Instantiates and runs `init`.
@@ -100,6 +123,8 @@ impl PluginVersion {
             recycles: 0,
             a: bindings::empty_event(),
             b: bindings::empty_event(),
+            calls: Vec::new(),
+            pace: None,
         })
     }
 
@@ -120,13 +145,34 @@ impl PluginVersion {
             plugin: self.label.to_string(),
             error: classify(&self.label, e),
         };
-        let bindings = self.pre.instantiate(&mut store).map_err(started)?;
+        let instance = self.instance_pre.instantiate(&mut store).map_err(started)?;
+        let bindings = self.indices.load(&mut store, &instance).map_err(started)?;
+        let on_batch = match &self.on_batch {
+            Some(index) => {
+                let wrong_type = |message: String| LoadError::WrongWorld {
+                    plugin: self.label.to_string(),
+                    message: format!(
+                        "its `{}` export is not cojoin:plugin/plugin-batched's: {message} \
+                         (build it against the WIT of this host, or drop the export)",
+                        bindings::ON_BATCH
+                    ),
+                };
+                let func = instance
+                    .get_func(&mut store, index)
+                    .ok_or_else(|| wrong_type("not a function".to_owned()))?;
+                func.typed::<OnBatchParams<'_>, OnBatchResults>(&store)
+                    .map_err(|e| wrong_type(format!("{e:#}")))?;
+                Some(func)
+            }
+            None => None,
+        };
         match bindings.call_init(&mut store, &self.config) {
             Ok(Ok(())) => {
                 let recycle_above = self.limits.recycle_above(store.data().limiter.used());
                 Ok(Live {
                     store,
                     bindings,
+                    on_batch,
                     recycle_above,
                 })
             }
@@ -142,6 +188,8 @@ impl PluginVersion {
 struct Live {
     store: Store<StoreState>,
     bindings: PluginBindings,
+    /// `on-batch`, type-checked at start.
+    on_batch: Option<Func>,
     /// Past this much linear memory the instance is replaced before its next call.
     recycle_above: usize,
 }
@@ -158,6 +206,10 @@ pub struct PluginInstance {
     // Reused argument buffers: see `bindings::fill_event`.
     a: wit::Event,
     b: wit::Event,
+    calls: Vec<wit::Call>,
+    /// Time per call, averaged over the last calls (kept only for a component that batches):
+    /// sizes the next batch.
+    pace: Option<Duration>,
 }
 
 impl PluginInstance {
@@ -191,11 +243,13 @@ impl PluginInstance {
     ) -> Result<Vec<OutputRecord>, CallError> {
         bindings::fill_event(&mut self.a, a);
         bindings::fill_event(&mut self.b, b);
-        self.prepare_call()?;
+        self.prepare_call(1)?;
+        let started = self.version.batches().then(Instant::now);
         let live = self.live.as_mut().expect("prepared");
         let result = live
             .bindings
             .call_on_match(&mut live.store, key, &self.a, &self.b);
+        self.note_pace(started, 1);
         self.finish(result)
     }
 
@@ -207,17 +261,78 @@ impl PluginInstance {
         side: Side,
     ) -> Result<Vec<OutputRecord>, CallError> {
         bindings::fill_event(&mut self.a, event);
-        self.prepare_call()?;
+        self.prepare_call(1)?;
+        let started = self.version.batches().then(Instant::now);
         let live = self.live.as_mut().expect("prepared");
         let result =
             live.bindings
                 .call_on_expire(&mut live.store, key, &self.a, bindings::side(side));
+        self.note_pace(started, 1);
         self.finish(result)
+    }
+
+    /// How many calls the next batch should take: as many as fit in an eighth of the call
+    /// deadline at the pace of the last calls (a batch has one call's deadline), at most
+    /// [`MAX_BATCH`]; 1 (no batches) for a component without `on-batch`.
+    pub fn batch_limit(&self) -> usize {
+        if !self.version.batches() {
+            return 1;
+        }
+        // The first call is made alone, to learn the pace.
+        let Some(pace) = self.pace else {
+            return 1;
+        };
+        let room = self.version.limits.deadline / 8;
+        (room.as_nanos() / pace.as_nanos().max(1)).clamp(1, MAX_BATCH as u128) as usize
+    }
+
+    /// Calls `on-batch` with `calls`: `None` when the component has no such export. A trap, or
+    /// an answer with a result count other than the calls', fails the whole batch.
+    pub fn on_batch(&mut self, calls: &[Call<'_>]) -> Option<Result<BatchResults, CallError>> {
+        self.version.on_batch.as_ref()?;
+        bindings::fill_calls(&mut self.calls, calls);
+        if let Err(e) = self.prepare_call(calls.len() as u64) {
+            return Some(Err(e));
+        }
+        let live = self.live.as_mut().expect("prepared");
+        let func = live
+            .on_batch
+            .expect("an instance of a version with on-batch has it");
+        // SAFETY: `start` type-checked `func` against these types.
+        let typed = unsafe { TypedFunc::<OnBatchParams<'_>, OnBatchResults>::new_unchecked(func) };
+        let started = Instant::now();
+        let result = typed.call(&mut live.store, (&self.calls[..],));
+        self.note_pace(Some(started), calls.len());
+        Some(match result {
+            Ok((outcomes,)) if outcomes.len() == calls.len() => Ok(outcomes
+                .into_iter()
+                .map(|o| o.map(bindings::outputs))
+                .collect()),
+            Ok((outcomes,)) => Err(CallError::Plugin {
+                plugin: self.version.label.to_string(),
+                message: format!(
+                    "on-batch returned {} results for {} calls",
+                    outcomes.len(),
+                    calls.len()
+                ),
+            }),
+            Err(e) => Err(self.trapped(e)),
+        })
+    }
+
+    /// Folds the time of the call(s) started at `started` into the pace.
+    fn note_pace(&mut self, started: Option<Instant>, calls: usize) {
+        let Some(started) = started else { return };
+        let per_call = started.elapsed() / calls.max(1) as u32;
+        self.pace = Some(match self.pace {
+            Some(pace) => (pace * 7 + per_call) / 8,
+            None => per_call,
+        });
     }
 
     /// Arms the deadline (and fuel) of the next call, instantiating first if the last call trapped
     /// or the instance has grown past its recycling size.
-    fn prepare_call(&mut self) -> Result<(), CallError> {
+    fn prepare_call(&mut self, calls: u64) -> Result<(), CallError> {
         if let Some(live) = &self.live {
             let used = live.store.data().limiter.used();
             if used > live.recycle_above {
@@ -255,7 +370,8 @@ impl PluginInstance {
         live.store.data_mut().call_deadline = Some(Instant::now() + limits.deadline);
         live.store.data().take_stderr_tail();
         if self.version.engine.options.fuel {
-            let fuel = limits.fuel.unwrap_or(u64::MAX);
+            // A batch gets the fuel of its calls.
+            let fuel = limits.fuel.map_or(u64::MAX, |f| f.saturating_mul(calls));
             live.store
                 .set_fuel(fuel)
                 .expect("fuel is enabled on this engine");
@@ -273,30 +389,32 @@ impl PluginInstance {
                 plugin: self.version.label.to_string(),
                 message,
             }),
-            Err(e) => {
-                // A trapped instance may be in any state: never call into it again.
-                let stderr = self
-                    .live
-                    .take()
-                    .map(|live| live.store.data().take_stderr_tail())
-                    .unwrap_or_default();
-                let mut error = classify(&self.version.label, e);
-                // A panic's own text goes to stderr before the trap: without it the dead letter
-                // only said "wasm `unreachable` instruction executed".
-                if let CallError::Trap {
-                    kind: TrapKind::Crash,
-                    message,
-                    ..
-                } = &mut error
-                {
-                    if !stderr.is_empty() {
-                        message
-                            .push_str(&format!("; the plugin's stderr before the trap: {stderr}"));
-                    }
-                }
-                Err(error)
+            Err(e) => Err(self.trapped(e)),
+        }
+    }
+
+    /// The error of a trapped call. A trapped instance may be in any state: it is dropped, never
+    /// called into again.
+    fn trapped(&mut self, e: wasmtime::Error) -> CallError {
+        let stderr = self
+            .live
+            .take()
+            .map(|live| live.store.data().take_stderr_tail())
+            .unwrap_or_default();
+        let mut error = classify(&self.version.label, e);
+        // A panic's own text goes to stderr before the trap: without it the dead letter only
+        // said "wasm `unreachable` instruction executed".
+        if let CallError::Trap {
+            kind: TrapKind::Crash,
+            message,
+            ..
+        } = &mut error
+        {
+            if !stderr.is_empty() {
+                message.push_str(&format!("; the plugin's stderr before the trap: {stderr}"));
             }
         }
+        error
     }
 }
 

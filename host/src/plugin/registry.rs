@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use super::engine::PluginEngine;
 use super::error::{CallError, LoadError};
-use super::instance::{PluginInstance, PluginVersion};
+use super::instance::{BatchResults, PluginInstance, PluginVersion};
 use super::limits::PluginLimits;
-use crate::event::{Event, OutputRecord, Side};
+use crate::event::{Call, Event, OutputRecord, Side};
 
 pub struct PluginRegistry {
     engine: Arc<PluginEngine>,
@@ -235,6 +235,18 @@ impl PluginHandle {
     ) -> Result<Vec<OutputRecord>, CallError> {
         self.follow_swaps();
         self.instance.on_expire(key, event, side)
+    }
+
+    /// How many calls to make at once ([`PluginInstance::batch_limit`]).
+    pub fn batch_limit(&self) -> usize {
+        self.instance.batch_limit()
+    }
+
+    /// Calls `on-batch` ([`PluginInstance::on_batch`]); `None` when the version now answering
+    /// has no such export.
+    pub fn on_batch(&mut self, calls: &[Call<'_>]) -> Option<Result<BatchResults, CallError>> {
+        self.follow_swaps();
+        self.instance.on_batch(calls)
     }
 
     fn follow_swaps(&mut self) {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::event::{positions, printable_key, Event, OutputRecord, Side};
+use crate::event::{positions, printable_key, Call, Event, OutputRecord, Side};
 use crate::metrics::CallStats;
 use crate::plugin::{CallError, PluginHandle};
 use crate::task::{Action, ActionFailure};
@@ -42,6 +42,15 @@ impl MeteredAction {
         std::mem::take(&mut self.calls)
     }
 
+    /// The statistics of the version now answering.
+    fn stats(&mut self) -> &mut CallStats {
+        let label = &self.worker.version().label;
+        if !self.calls.contains_key(&**label) {
+            self.calls.insert(label.to_string(), CallStats::default());
+        }
+        self.calls.get_mut(&**label).expect("inserted above")
+    }
+
     fn observe<T>(
         &mut self,
         key: &[u8],
@@ -58,12 +67,8 @@ impl MeteredAction {
         } else {
             self.worker.recycles()
         };
-        // The label after the call: a swap between calls switches the worker before it calls.
-        let label = &self.worker.version().label;
-        if !self.calls.contains_key(&**label) {
-            self.calls.insert(label.to_string(), CallStats::default());
-        }
-        let stats = self.calls.get_mut(&**label).expect("inserted above");
+        // The version after the call: a swap between calls switches the worker before it calls.
+        let stats = self.stats();
         stats.observe(took, result.as_ref().err().map(CallError::kind));
         stats.recycles += recycled;
         result.map_err(|e| failure(e, key, events))
@@ -87,6 +92,54 @@ impl Action for MeteredAction {
         side: Side,
     ) -> Result<Vec<OutputRecord>, ActionFailure> {
         self.observe(key, &[event], |w| w.on_expire(key, event, side))
+    }
+
+    fn batch_limit(&self) -> usize {
+        self.worker.batch_limit()
+    }
+
+    /// Each call of a batch is counted as a call taking its share of the batch's time; a batch
+    /// that fails as a whole counts nothing (its calls are made again one by one).
+    fn call_batch(
+        &mut self,
+        calls: &[Call<'_>],
+    ) -> Option<Vec<Result<Vec<OutputRecord>, ActionFailure>>> {
+        let started = Instant::now();
+        let results = match self.worker.on_batch(calls)? {
+            Ok(results) => results,
+            Err(e) => {
+                tracing::debug!(
+                    calls = calls.len(),
+                    "a batch of calls failed as a whole ({e}); making them one by one"
+                );
+                return None;
+            }
+        };
+        let took = started.elapsed() / calls.len().max(1) as u32;
+        let label = self.worker.version().label.to_string();
+        let mut failures = Vec::new();
+        let results = results
+            .into_iter()
+            .zip(calls)
+            .map(|(result, call)| {
+                result.map_err(|message| {
+                    let e = CallError::Plugin {
+                        plugin: label.clone(),
+                        message,
+                    };
+                    failures.push(e.kind());
+                    failure(e, call.key(), &call.events())
+                })
+            })
+            .collect();
+        let stats = self.stats();
+        for _ in 0..calls.len() - failures.len() {
+            stats.observe(took, None);
+        }
+        for kind in failures {
+            stats.observe(took, Some(kind));
+        }
+        Some(results)
     }
 
     fn version(&self) -> String {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
-use crate::event::{Event, FailureKind, OutputRecord, Side};
+use crate::event::{Call, Event, FailureKind, OutputRecord, Side};
 use backpressure::QueueMarks;
 
 use crate::join::{
@@ -47,6 +47,52 @@ pub trait Action {
     ) -> Result<Vec<OutputRecord>, ActionFailure>;
     /// The version now answering, for dead-letter headers.
     fn version(&self) -> String;
+    /// How many calls the action takes at once ([`Action::call_batch`]); 1: one at a time.
+    fn batch_limit(&self) -> usize {
+        1
+    }
+    /// Makes several calls at once: one result per call, in order, or `None` when the batch as a
+    /// whole failed (a trap, its deadline) or cannot be made; the task then makes the calls one
+    /// by one, so each gets its own failure and retries.
+    fn call_batch(
+        &mut self,
+        _calls: &[Call<'_>],
+    ) -> Option<Vec<Result<Vec<OutputRecord>, ActionFailure>>> {
+        None
+    }
+}
+
+/// A call deferred to be made in a batch, and where the run stood before its record.
+struct Deferred {
+    outcome: JoinOutcome,
+    before: RunPoint,
+}
+
+impl Deferred {
+    fn call(&self) -> Call<'_> {
+        match &self.outcome {
+            JoinOutcome::Match { left, right } => Call::Match {
+                key: left.key_bytes(),
+                left,
+                right,
+            },
+            JoinOutcome::Expired { side, event } => Call::Expire {
+                key: event.key_bytes(),
+                event,
+                side: *side,
+            },
+            JoinOutcome::Late { .. } => unreachable!("late records are rejected, not deferred"),
+        }
+    }
+}
+
+/// What a halt on a record rolls back to: the record it halted on is not processed, nor any
+/// after it (their outcomes may already be in the state, as without batching).
+#[derive(Clone, Copy)]
+struct RunPoint {
+    through: [Option<i64>; 2],
+    pending: [Option<i64>; 2],
+    pending_from: [Option<i64>; 2],
 }
 
 /// How a task treats records it cannot use and calls that fail.
@@ -470,6 +516,10 @@ impl PartitionTask {
         let started = std::time::Instant::now();
         let mut taken = 0u32;
         let mut out_of_time = false;
+        // Matches and expiries wait here to be made in one call (a plugin that takes batches);
+        // anything else emitted first makes them, so that emits stay in record order.
+        let batch_limit = action.batch_limit().max(1);
+        let mut deferred: Vec<Deferred> = Vec::new();
         while self.halted.is_none() && batch.bytes < self.batch_budget {
             // The clock is read every few records: a read costs more than a Rust plugin's call.
             if taken % 16 == 15 && self.time_budget.is_some_and(|b| started.elapsed() >= b) {
@@ -483,6 +533,19 @@ impl PartitionTask {
             let offset = event.offset;
             self.counters.records += 1;
             let replay = self.queue.is_replay(side, offset);
+            let before = RunPoint {
+                through: batch.through,
+                pending: self.pending,
+                pending_from: self.pending_from,
+            };
+            let rejected = admission != Admission::Join
+                || (event.value.is_none() && self.policy.tombstones != TombstonePolicy::Join);
+            if rejected {
+                self.flush(&mut batch, &mut deferred, action, sleep);
+                if self.halted.is_some() {
+                    break;
+                }
+            }
             if admission == Admission::NullKey {
                 self.counters.null_keys += 1;
                 if !replay {
@@ -523,7 +586,20 @@ impl PartitionTask {
                         self.counters.suppressed += 1;
                         continue;
                     }
-                    self.act(&mut batch, outcome, action, sleep);
+                    if batch_limit > 1 && !matches!(outcome, JoinOutcome::Late { .. }) {
+                        deferred.push(Deferred { outcome, before });
+                        if deferred.len() >= batch_limit {
+                            self.flush(&mut batch, &mut deferred, action, sleep);
+                        }
+                    } else {
+                        self.flush(&mut batch, &mut deferred, action, sleep);
+                        if self.halted.is_none() {
+                            self.act(&mut batch, outcome, action, sleep, None);
+                        }
+                    }
+                    if self.halted.is_some() {
+                        break;
+                    }
                 }
             }
             if self.halted.is_some() {
@@ -535,6 +611,7 @@ impl PartitionTask {
             self.pending_from[i].get_or_insert(offset);
             batch.through[i] = Some(offset);
         }
+        self.flush(&mut batch, &mut deferred, action, sleep);
         batch.full = batch.bytes >= self.batch_budget || out_of_time;
         let stats = self.state.store_stats();
         self.counters.spilled_bytes = stats.spilled_bytes_total;
@@ -558,12 +635,49 @@ impl PartitionTask {
         }
     }
 
+    /// Makes the deferred calls (in one batch when there are several), then acts on their
+    /// results in order. A halt rolls the run back to before the record of the call it halted on.
+    fn flush(
+        &mut self,
+        batch: &mut Batch,
+        deferred: &mut Vec<Deferred>,
+        action: &mut dyn Action,
+        sleep: &mut dyn FnMut(Duration),
+    ) {
+        if deferred.is_empty() {
+            return;
+        }
+        let results = if deferred.len() > 1 {
+            let calls: Vec<Call<'_>> = deferred.iter().map(Deferred::call).collect();
+            action
+                .call_batch(&calls)
+                .filter(|results| results.len() == calls.len())
+        } else {
+            None
+        };
+        let mut results = results.map(Vec::into_iter);
+        for d in deferred.drain(..) {
+            let first = results.as_mut().and_then(Iterator::next);
+            self.act(batch, d.outcome, action, sleep, first);
+            if self.halted.is_some() {
+                batch.through = d.before.through;
+                self.pending = d.before.pending;
+                self.pending_from = d.before.pending_from;
+                break;
+            }
+        }
+        deferred.clear();
+    }
+
+    /// Calls the action for `outcome` and emits what it returned. `first`: the result of a first
+    /// attempt already made (in a batch).
     fn act(
         &mut self,
         batch: &mut Batch,
         outcome: JoinOutcome,
         action: &mut dyn Action,
         sleep: &mut dyn FnMut(Duration),
+        first: Option<Result<Vec<OutputRecord>, ActionFailure>>,
     ) {
         let (inputs, result) = match outcome {
             JoinOutcome::Late { event, .. } => {
@@ -576,6 +690,7 @@ impl PartitionTask {
                 self.counters.matches += 1;
                 let result = self.with_retries(
                     sleep,
+                    first,
                     |a| a.on_match(left.key_bytes(), &left, &right),
                     action,
                 );
@@ -585,6 +700,7 @@ impl PartitionTask {
                 self.counters.expiries += 1;
                 let result = self.with_retries(
                     sleep,
+                    first,
                     |a| a.on_expire(event.key_bytes(), &event, side),
                     action,
                 );
@@ -660,13 +776,14 @@ impl PartitionTask {
     fn with_retries(
         &mut self,
         sleep: &mut dyn FnMut(Duration),
+        mut first: Option<Result<Vec<OutputRecord>, ActionFailure>>,
         mut call: impl FnMut(&mut dyn Action) -> Result<Vec<OutputRecord>, ActionFailure>,
         action: &mut dyn Action,
     ) -> Result<Vec<OutputRecord>, ActionFailure> {
         let mut backoff = self.policy.backoff;
         let mut attempt = 0;
         loop {
-            match call(action) {
+            match first.take().unwrap_or_else(|| call(action)) {
                 Ok(records) => return Ok(records),
                 Err(failure) => {
                     self.counters.failed_calls += 1;

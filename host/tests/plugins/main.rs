@@ -2,6 +2,7 @@
 //! `misbehave` fixture). One test binary; helpers below.
 
 mod admin;
+mod batch;
 mod languages;
 mod leak;
 mod loading;

@@ -1,0 +1,135 @@
+//! `on-batch` (world `plugin-batched`): what Python plugins built through cojoin's loader export.
+
+use cojoin::event::{Call, Side};
+use cojoin::plugin::{CallError, PluginLimits, TrapKind};
+
+use super::{event, registry};
+
+#[test]
+fn a_batch_answers_each_call_as_the_single_calls_do() {
+    let mut worker = registry("order_paid_python.wasm", PluginLimits::default(), &[])
+        .handle()
+        .unwrap();
+    let (order, payment) = (event("orders", "o-7", 10), event("payments", "o-7", 12));
+    let (unpaid, orphan) = (event("orders", "o-8", 11), event("payments", "o-9", 13));
+    let calls = [
+        Call::Match {
+            key: b"o-7",
+            left: &order,
+            right: &payment,
+        },
+        Call::Expire {
+            key: b"o-8",
+            event: &unpaid,
+            side: Side::Left,
+        },
+        Call::Expire {
+            key: b"o-9",
+            event: &orphan,
+            side: Side::Right,
+        },
+    ];
+    let batched = worker
+        .on_batch(&calls)
+        .expect("the Python component exports on-batch")
+        .unwrap();
+    let single = vec![
+        Ok(worker.on_match(b"o-7", &order, &payment).unwrap()),
+        Ok(worker.on_expire(b"o-8", &unpaid, Side::Left).unwrap()),
+        Ok(worker.on_expire(b"o-9", &orphan, Side::Right).unwrap()),
+    ];
+    assert_eq!(batched, single);
+    // The same buffers are reused for a batch of other shapes and sizes.
+    let again = worker.on_batch(&calls[1..]).unwrap().unwrap();
+    assert_eq!(again, single[1..]);
+    assert_eq!(worker.restarts(), 0);
+}
+
+#[test]
+fn a_component_without_on_batch_is_called_one_by_one() {
+    let mut worker = registry("order_paid_rust.wasm", PluginLimits::default(), &[])
+        .handle()
+        .unwrap();
+    let order = event("orders", "o-1", 1);
+    let calls = [Call::Expire {
+        key: b"o-1",
+        event: &order,
+        side: Side::Left,
+    }];
+    assert!(worker.on_batch(&calls).is_none());
+    assert_eq!(worker.batch_limit(), 1);
+}
+
+#[test]
+fn an_error_fails_its_call_and_an_exception_fails_the_batch() {
+    let mut worker = registry("misbehave_python.wasm", PluginLimits::default(), &[])
+        .handle()
+        .unwrap();
+    let events: Vec<_> = ["ok-1", "err:no such customer", "ok-2", "crash"]
+        .iter()
+        .map(|k| event("orders", k, 1))
+        .collect();
+    let call = |i: usize| Call::Expire {
+        key: events[i].key_bytes(),
+        event: &events[i],
+        side: Side::Left,
+    };
+    let results = worker
+        .on_batch(&[call(0), call(1), call(2)])
+        .unwrap()
+        .unwrap();
+    assert_eq!(results.len(), 3);
+    assert_eq!(
+        results[0].as_ref().unwrap()[0].value.as_deref(),
+        Some(&b"ok-1"[..])
+    );
+    assert_eq!(results[1], Err("no such customer".to_owned()));
+    assert_eq!(
+        results[2].as_ref().unwrap()[0].value.as_deref(),
+        Some(&b"ok-2"[..])
+    );
+    assert_eq!(worker.restarts(), 0, "an error keeps the instance");
+
+    match worker.on_batch(&[call(0), call(3)]).unwrap() {
+        Err(CallError::Trap {
+            kind: TrapKind::Crash,
+            message,
+            ..
+        }) => assert!(message.contains("crash on purpose"), "{message}"),
+        other => panic!("expected a crash trap, got {other:?}"),
+    }
+    // The next call gets a fresh instance, as after a single call's trap.
+    let ok = worker.on_batch(&[call(0), call(2)]).unwrap().unwrap();
+    assert_eq!(
+        ok[1].as_ref().unwrap()[0].value.as_deref(),
+        Some(&b"ok-2"[..])
+    );
+    assert_eq!(worker.restarts(), 1);
+}
+
+#[test]
+fn the_batch_limit_follows_the_pace_of_the_calls() {
+    let mut worker = registry("order_paid_python.wasm", PluginLimits::default(), &[])
+        .handle()
+        .unwrap();
+    // Unknown pace: one call alone first.
+    assert_eq!(worker.batch_limit(), 1);
+    let order = event("orders", "o-1", 1);
+    for _ in 0..20 {
+        worker.on_expire(b"o-1", &order, Side::Left).unwrap();
+    }
+    // Calls of tens of microseconds against a 500 ms deadline: the most a batch takes.
+    assert_eq!(worker.batch_limit(), cojoin::plugin::instance::MAX_BATCH);
+    let slow = registry(
+        "order_paid_python.wasm",
+        PluginLimits {
+            deadline: std::time::Duration::from_micros(100),
+            ..PluginLimits::default()
+        },
+        &[],
+    );
+    let mut slow = slow.handle().unwrap();
+    let _ = slow.on_expire(b"o-1", &order, Side::Left);
+    // An eighth of 100 us holds less than one call of ~30 us.
+    assert_eq!(slow.batch_limit(), 1);
+}
