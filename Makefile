@@ -99,19 +99,23 @@ $(OUT)/%_python.wasm: plugins/python/%/app.py wit/plugin.wit $(PY_LOADER) $(COMP
 	@mv $@.tmp $@
 
 # componentize-js is called directly: `jco componentize` 1.35 cannot read the WIT path here.
-# `-d http -d fetch-event` keeps wasi:http out of the component's imports.
-$(OUT)/order_paid_js.wasm: plugins/js/order-paid.js wit/plugin.wit $(COMPONENTIZE_JS)
+# `-d http -d fetch-event` keeps wasi:http out of the component's imports. As `cojoin plugin
+# build` builds a JS project: the source with onBatch appended (world plugin-batched).
+$(OUT)/%_js.wasm: build/js-batched/%.js wit/plugin.wit $(COMPONENTIZE_JS)
 	@mkdir -p $(OUT)
-	$(COMPONENTIZE_JS) $< --wit wit --world-name plugin -d http -d fetch-event -o $@.tmp
+	$(COMPONENTIZE_JS) $< --wit wit --world-name plugin-batched -d http -d fetch-event -o $@.tmp
 	@mv $@.tmp $@
 
-$(OUT)/noop_js.wasm: plugins/js/noop.js wit/plugin.wit $(COMPONENTIZE_JS)
-	@mkdir -p $(OUT)
-	$(COMPONENTIZE_JS) $< --wit wit --world-name plugin -d http -d fetch-event -o $@.tmp
-	@mv $@.tmp $@
+build/js-batched/%.js: plugins/js/%.js host/templates/batch.js
+	@mkdir -p $(dir $@)
+	cat $< > $@ && echo >> $@ && cat host/templates/batch.js >> $@
+
+build/js-batched/order_paid.js: plugins/js/order-paid.js host/templates/batch.js
+	@mkdir -p $(dir $@)
+	cat $< > $@ && echo >> $@ && cat host/templates/batch.js >> $@
 
 plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm $(OUT)/noop_python.wasm $(OUT)/noop_js.wasm \
-  $(OUT)/misbehave_python.wasm
+  $(OUT)/misbehave_python.wasm $(OUT)/misbehave_js.wasm
 
 # --- host ---------------------------------------------------------------------------------------
 # Built as the tests build it (`cargo test --no-run` also builds the cojoin binary): a plain

@@ -31,6 +31,8 @@ fn build(dir: &Path, name: &str) -> (PathBuf, String) {
         stdout.starts_with(&format!("built build/{name}.wasm (")),
         "{stdout}"
     );
+    // Python and JavaScript components take the host's batches of calls.
+    assert!(stdout.contains(", calls in batches"), "{stdout}");
     let sha = stdout
         .split("sha256 ")
         .nth(1)

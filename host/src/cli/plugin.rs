@@ -246,7 +246,13 @@ pub(crate) fn build(dir: &std::path::Path) -> Result<ExitCode> {
     } else {
         dir.join(inside)
     };
-    let how = if built.app_only { ", app.py only" } else { "" };
+    let mut how = String::new();
+    if built.app_only {
+        how.push_str(", app.py only");
+    }
+    if built.batched {
+        how.push_str(", calls in batches");
+    }
     println!(
         "built {} ({}{how}, {:.1} MB, sha256 {})",
         shown.display(),

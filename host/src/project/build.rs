@@ -23,6 +23,9 @@ pub struct Built {
     /// Python: the component kept from an earlier build, with the new `app.py` embedded
     /// ([`super::python`]).
     pub app_only: bool,
+    /// The component exports `on-batch` (world `plugin-batched`): the host makes many calls in
+    /// one.
+    pub batched: bool,
 }
 
 /// The language of the project in `dir`, from the files `cojoin plugin new` writes.
@@ -66,30 +69,15 @@ pub fn build(dir: &Path) -> Result<Built, ProjectError> {
     let partial = out.with_extension("wasm.partial");
     let program = toolchain::find(Tool::for_lang(lang), dir)?;
     let mut app_only = false;
+    let mut batched = false;
     match lang {
         Lang::Python => {
             app_only = super::python::build(dir, &program, &partial)?
                 == super::python::PythonBuild::AppOnly;
+            // The loader serves on_batch when built for that world.
+            batched = has_batched_world(dir);
         }
-        Lang::Js => {
-            let mut cmd = Command::new(&program);
-            cmd.arg(js_entry(dir))
-                // `-d http -d fetch-event` keeps wasi:http out of the imports: the host links
-                // none, and a component importing it is refused.
-                .args([
-                    "--wit",
-                    "wit",
-                    "--world-name",
-                    "plugin",
-                    "-d",
-                    "http",
-                    "-d",
-                    "fetch-event",
-                    "-o",
-                ])
-                .arg(&partial);
-            run(cmd, dir, "")?;
-        }
+        Lang::Js => batched = super::js::build(dir, &program, &js_entry(dir), &partial)?,
         Lang::Rust => {
             check_wasm_target()?;
             let mut cmd = Command::new(&program);
@@ -116,6 +104,7 @@ pub fn build(dir: &Path) -> Result<Built, ProjectError> {
         bytes: bytes.len() as u64,
         sha256: hex::encode(Sha256::digest(&bytes)),
         app_only,
+        batched,
     })
 }
 
@@ -151,6 +140,13 @@ fn js_entry(dir: &Path) -> String {
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .and_then(|v| v["main"].as_str().map(str::to_owned))
         .unwrap_or_else(|| "plugin.js".to_owned())
+}
+
+/// Whether the project's WIT has the world `plugin-batched` (a project made before it has an
+/// older copy in `wit/`, and is built for the world `plugin`).
+pub(super) fn has_batched_world(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("wit/plugin.wit"))
+        .is_ok_and(|wit| wit.contains("world plugin-batched"))
 }
 
 /// The file name cargo gives the library: the package name with `-` as `_`.

@@ -12,6 +12,7 @@
 
 pub mod build;
 pub mod deploy;
+pub mod js;
 pub mod python;
 pub mod template;
 pub mod toolchain;

@@ -59,7 +59,13 @@ pub fn build(dir: &Path, program: &Path, out: &Path) -> Result<PythonBuild, Proj
     std::fs::write(&loader, LOADER).map_err(ProjectError::io(&loader))?;
     let _ = std::fs::remove_file(&fingerprint_file);
     let mut cmd = Command::new(program);
-    cmd.args(["-d", "wit", "-w", world(dir), "componentize", "-p", "."])
+    // plugin-batched: the loader serves on_batch.
+    let world = if super::build::has_batched_world(dir) {
+        "plugin-batched"
+    } else {
+        "plugin"
+    };
+    cmd.args(["-d", "wit", "-w", world, "componentize", "-p", "."])
         .arg("-p")
         .arg(&base_dir)
         .arg(LOADER_MODULE)
@@ -69,17 +75,6 @@ pub fn build(dir: &Path, program: &Path, out: &Path) -> Result<PythonBuild, Proj
     std::fs::copy(out, &base).map_err(ProjectError::io(&base))?;
     std::fs::write(&fingerprint_file, fingerprint).map_err(ProjectError::io(&fingerprint_file))?;
     Ok(PythonBuild::Full)
-}
-
-/// `plugin-batched` (the host may call the loader's `on_batch`) when the project's WIT has it;
-/// `plugin` for a project made before it, whose `wit/` is an older copy.
-fn world(dir: &Path) -> &'static str {
-    let wit = std::fs::read_to_string(dir.join("wit/plugin.wit")).unwrap_or_default();
-    if wit.contains("world plugin-batched") {
-        "plugin-batched"
-    } else {
-        "plugin"
-    }
 }
 
 /// A syntax error is reported by the build, as componentize-py would, not at the host's init:
