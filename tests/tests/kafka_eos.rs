@@ -24,16 +24,15 @@ fn kills() -> u32 {
 
 /// Kills hosts mid-stream under `guarantee`; what a read_committed reader got.
 fn kill_rounds(guarantee: &str) -> Tally {
+    kill_rounds_with(guarantee, "order_paid_rust.wasm")
+}
+
+/// [`kill_rounds`] with the plugin `file`.
+fn kill_rounds_with(guarantee: &str, file: &str) -> Tally {
     let _serial = serial();
-    let dir = run_dir(&format!("kill_rounds_{guarantee}"));
+    let dir = run_dir(&format!("kill_rounds_{guarantee}_{file}"));
     let kafka = join_broker(&dir);
-    let config = join_config(
-        &kafka.bootstrap,
-        "eos",
-        &plugin("order_paid_rust.wasm"),
-        "left",
-    )
-    .replace(
+    let config = join_config(&kafka.bootstrap, "eos", &plugin(file), "left").replace(
         "[output]\n",
         &format!("[output]\nguarantee = \"{guarantee}\"\n"),
     );
@@ -107,6 +106,14 @@ fn kill_rounds(guarantee: &str) -> Tally {
 #[test]
 fn exactly_once_hosts_killed_mid_stream_lose_nothing_and_repeat_nothing() {
     let tally = kill_rounds("exactly-once");
+    assert_eq!(tally.duplicates, 0, "{tally:?}");
+}
+
+/// The same with the Python plugin, whose calls the host makes in batches (`on-batch`): a kill
+/// in the middle of a batch, and the batches' deferred outputs, change nothing.
+#[test]
+fn exactly_once_with_batched_python_calls_hosts_killed_lose_nothing_and_repeat_nothing() {
+    let tally = kill_rounds_with("exactly-once", "order_paid_python.wasm");
     assert_eq!(tally.duplicates, 0, "{tally:?}");
 }
 

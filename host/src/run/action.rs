@@ -51,6 +51,16 @@ impl MeteredAction {
         self.calls.get_mut(&**label).expect("inserted above")
     }
 
+    /// Instances recycled since the worker had recycled `recycles` on `generation`. A swap
+    /// starts a new instance, whose count starts at zero.
+    fn recycled_since(&self, recycles: u64, generation: u64) -> u64 {
+        if self.worker.version().generation == generation {
+            self.worker.recycles().saturating_sub(recycles)
+        } else {
+            self.worker.recycles()
+        }
+    }
+
     fn observe<T>(
         &mut self,
         key: &[u8],
@@ -61,12 +71,7 @@ impl MeteredAction {
         let started = Instant::now();
         let result = call(&mut self.worker);
         let took = started.elapsed();
-        // A swap during the call starts a new instance, whose count starts at zero.
-        let recycled = if self.worker.version().generation == generation {
-            self.worker.recycles().saturating_sub(recycles)
-        } else {
-            self.worker.recycles()
-        };
+        let recycled = self.recycled_since(recycles, generation);
         // The version after the call: a swap between calls switches the worker before it calls.
         let stats = self.stats();
         stats.observe(took, result.as_ref().err().map(CallError::kind));
@@ -104,6 +109,7 @@ impl Action for MeteredAction {
         &mut self,
         calls: &[Call<'_>],
     ) -> Option<Vec<Result<Vec<OutputRecord>, ActionFailure>>> {
+        let (recycles, generation) = (self.worker.recycles(), self.worker.version().generation);
         let started = Instant::now();
         let results = match self.worker.on_batch(calls)? {
             Ok(results) => results,
@@ -132,7 +138,9 @@ impl Action for MeteredAction {
                 })
             })
             .collect();
+        let recycled = self.recycled_since(recycles, generation);
         let stats = self.stats();
+        stats.recycles += recycled;
         for _ in 0..calls.len() - failures.len() {
             stats.observe(took, None);
         }
