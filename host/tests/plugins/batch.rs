@@ -152,3 +152,36 @@ fn the_batch_limit_follows_the_pace_of_the_calls() {
     // An eighth of 100 us holds less than one call of ~30 us.
     assert_eq!(slow.batch_limit(), 1);
 }
+
+#[test]
+fn a_batch_past_the_deadline_is_a_timeout_though_each_call_fits() {
+    let limits = PluginLimits {
+        deadline: std::time::Duration::from_millis(200),
+        ..PluginLimits::default()
+    };
+    let mut worker = registry("misbehave_python.wasm", limits, &[])
+        .handle()
+        .unwrap();
+    let spin = event("orders", "spin:60", 1);
+    let call = Call::Expire {
+        key: spin.key_bytes(),
+        event: &spin,
+        side: Side::Left,
+    };
+    // Four calls of 60 ms: 240 ms against the batch's one deadline of 200 ms.
+    match worker.on_batch(&[call; 4]).unwrap() {
+        Err(CallError::Trap {
+            kind: TrapKind::Timeout,
+            ..
+        }) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    // One by one (what the task does next), each fits its own deadline.
+    for _ in 0..4 {
+        worker
+            .on_expire(spin.key_bytes(), &spin, Side::Left)
+            .unwrap();
+    }
+    // And at that pace the host makes no batches of them.
+    assert_eq!(worker.batch_limit(), 1);
+}
