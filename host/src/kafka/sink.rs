@@ -29,6 +29,9 @@ const DELIVERY_BOUND: Duration = Duration::from_secs(60);
 /// A topic found missing is looked up again after this long (someone may have created it).
 const RECHECK_MISSING: Duration = Duration::from_secs(10);
 
+/// The join's output transactions: on the sink's producer.
+pub type SinkTransactions = Transactions<Deliveries>;
+
 /// What the delivery callback learns, keyed by the index each record was sent with.
 #[derive(Default)]
 pub struct Deliveries {
@@ -181,7 +184,7 @@ pub enum Delivered {
 pub struct Sink {
     producer: Arc<BaseProducer<Deliveries>>,
     /// Exactly-once: the transaction the records are produced in.
-    transactions: Option<Arc<Transactions>>,
+    transactions: Option<Arc<SinkTransactions>>,
     /// Exactly-once: outputs the broker refused in a transaction that was then aborted, by
     /// [`output_identity`], with why.
     refused_in_aborted: HashMap<String, String>,
@@ -247,7 +250,7 @@ impl Sink {
     }
 
     /// Exactly-once: the transactions this sink produces in (the source commits them).
-    pub fn transactions(&self) -> Option<Arc<Transactions>> {
+    pub fn transactions(&self) -> Option<Arc<SinkTransactions>> {
         self.transactions.clone()
     }
 

@@ -19,7 +19,8 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use crate::event::{Event, Side};
 use crate::join::CommitPoint;
-use crate::kafka::transaction::{Outcome, Transactions};
+use crate::kafka::sink::SinkTransactions;
+use crate::kafka::transaction::Outcome;
 use crate::metrics::Metrics;
 use crate::report::Happened;
 
@@ -87,7 +88,7 @@ struct RebalanceContext {
     shared: Arc<Mutex<Shared>>,
     metrics: Arc<Metrics>,
     topics: [Arc<str>; 2],
-    transactions: Option<Arc<Transactions>>,
+    transactions: Option<Arc<SinkTransactions>>,
 }
 
 impl ClientContext for RebalanceContext {}
@@ -202,7 +203,7 @@ pub struct Source {
     shared: Arc<Mutex<Shared>>,
     metrics: Arc<Metrics>,
     /// Exactly-once: commits go through the transaction, not the consumer.
-    transactions: Option<Arc<Transactions>>,
+    transactions: Option<Arc<SinkTransactions>>,
     /// Every event of a topic shares its name: no allocation of a topic string per record.
     topics: [Arc<str>; 2],
     /// Partitions this host paused (halted task, lone half, backpressure). librdkafka keeps a
@@ -220,7 +221,7 @@ impl Source {
         left: &str,
         right: &str,
         metrics: Arc<Metrics>,
-        transactions: Option<Arc<Transactions>>,
+        transactions: Option<Arc<SinkTransactions>>,
     ) -> Result<Self> {
         let shared = Arc::new(Mutex::new(Shared::default()));
         let topics: [Arc<str>; 2] = [left.into(), right.into()];

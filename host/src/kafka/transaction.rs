@@ -17,8 +17,6 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 use rdkafka::TopicPartitionList;
 
-use super::sink::Deliveries;
-
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How a commit ended.
@@ -37,7 +35,7 @@ pub enum Outcome {
 
 /// A transactional producer: the host's, shared by the sink (which produces in it) and the source
 /// (which commits it, also from the revoke callback); and the repartition step's own.
-pub struct Transactions<C: ProducerContext + 'static = Deliveries> {
+pub struct Transactions<C: ProducerContext + 'static> {
     producer: Arc<BaseProducer<C>>,
     open: AtomicBool,
 }

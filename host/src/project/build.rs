@@ -10,7 +10,7 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-use super::toolchain::{self, Tool};
+use super::toolchain::{self, has_batched_world, run, Tool};
 use super::{Lang, ProjectError};
 
 /// The component a build made.
@@ -108,31 +108,6 @@ pub fn build(dir: &Path) -> Result<Built, ProjectError> {
     })
 }
 
-pub(super) fn run(mut cmd: Command, dir: &Path, hint: &str) -> Result<(), ProjectError> {
-    let shown = format!("{cmd:?}").replace('"', "");
-    let status = cmd
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
-        // The toolchain's chatter goes to stderr: stdout is left for the result line, which
-        // scripts read.
-        .stdout(std::io::stderr())
-        .status()
-        .map_err(|e| ProjectError::BuildFailed {
-            command: shown.clone(),
-            status: e.to_string(),
-            hint: hint.to_owned(),
-        })?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(ProjectError::BuildFailed {
-            command: shown,
-            status: status.to_string(),
-            hint: hint.to_owned(),
-        })
-    }
-}
-
 /// `main` of package.json, else `plugin.js`.
 fn js_entry(dir: &Path) -> String {
     std::fs::read(dir.join("package.json"))
@@ -140,13 +115,6 @@ fn js_entry(dir: &Path) -> String {
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .and_then(|v| v["main"].as_str().map(str::to_owned))
         .unwrap_or_else(|| "plugin.js".to_owned())
-}
-
-/// Whether the project's WIT has the world `plugin-batched` (a project made before it has an
-/// older copy in `wit/`, and is built for the world `plugin`).
-pub(super) fn has_batched_world(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("wit/plugin.wit"))
-        .is_ok_and(|wit| wit.contains("world plugin-batched"))
 }
 
 /// The file name cargo gives the library: the package name with `-` as `_`.

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use super::build::{has_batched_world, run};
+use super::toolchain::{has_batched_world, run};
 use super::ProjectError;
 
 /// Appended to a plugin's entry file; also used by `make plugins` for the repository's plugins.

@@ -60,7 +60,7 @@ pub fn build(dir: &Path, program: &Path, out: &Path) -> Result<PythonBuild, Proj
     let _ = std::fs::remove_file(&fingerprint_file);
     let mut cmd = Command::new(program);
     // plugin-batched: the loader serves on_batch.
-    let world = if super::build::has_batched_world(dir) {
+    let world = if super::toolchain::has_batched_world(dir) {
         "plugin-batched"
     } else {
         "plugin"
@@ -71,7 +71,7 @@ pub fn build(dir: &Path, program: &Path, out: &Path) -> Result<PythonBuild, Proj
         .arg(LOADER_MODULE)
         .arg("-o")
         .arg(out);
-    super::build::run(cmd, dir, "")?;
+    super::toolchain::run(cmd, dir, "")?;
     std::fs::copy(out, &base).map_err(ProjectError::io(&base))?;
     std::fs::write(&fingerprint_file, fingerprint).map_err(ProjectError::io(&fingerprint_file))?;
     Ok(PythonBuild::Full)
@@ -92,7 +92,7 @@ fn check_syntax(program: &Path, dir: &Path) -> Result<(), ProjectError> {
         "-c",
         "import sys; compile(open('app.py', encoding='utf-8').read(), 'app.py', 'exec')",
     ]);
-    super::build::run(cmd, dir, ": app.py does not compile")
+    super::toolchain::run(cmd, dir, ": app.py does not compile")
 }
 
 /// Everything a build's result depends on except the body of `app.py`.

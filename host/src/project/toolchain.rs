@@ -1,9 +1,11 @@
 //! Finding the tool that builds a project's component: an environment variable naming it, then
 //! the places a project or a cojoin checkout installs it (`.venv/bin`, `node_modules/.bin`, in
 //! the project or a directory above it, or above the `cojoin` binary), then `PATH`. When it is
-//! nowhere, the error says how to install it.
+//! nowhere, the error says how to install it. And running it ([`run`]), and which world of the
+//! project's WIT it builds for ([`has_batched_world`]).
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use super::{Lang, ProjectError};
 
@@ -113,6 +115,39 @@ pub fn find(tool: Tool, project: &Path) -> Result<PathBuf, ProjectError> {
             install: tool.install.to_owned(),
         }
     })
+}
+
+/// Runs a toolchain command in `dir`; a failure names the command, its status and `hint`.
+pub(super) fn run(mut cmd: Command, dir: &Path, hint: &str) -> Result<(), ProjectError> {
+    let shown = format!("{cmd:?}").replace('"', "");
+    let status = cmd
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        // The toolchain's chatter goes to stderr: stdout is left for the result line, which
+        // scripts read.
+        .stdout(std::io::stderr())
+        .status()
+        .map_err(|e| ProjectError::BuildFailed {
+            command: shown.clone(),
+            status: e.to_string(),
+            hint: hint.to_owned(),
+        })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(ProjectError::BuildFailed {
+            command: shown,
+            status: status.to_string(),
+            hint: hint.to_owned(),
+        })
+    }
+}
+
+/// Whether the project's WIT has the world `plugin-batched` (a project made before it has an
+/// older copy in `wit/`, and is built for the world `plugin`).
+pub(super) fn has_batched_world(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("wit/plugin.wit"))
+        .is_ok_and(|wit| wit.contains("world plugin-batched"))
 }
 
 fn is_executable(path: &Path) -> bool {
