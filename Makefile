@@ -106,6 +106,8 @@ $(OUT)/%_js.wasm: build/js-batched/%.js wit/plugin.wit $(COMPONENTIZE_JS)
 	$(COMPONENTIZE_JS) $< --wit wit --world-name plugin-batched -d http -d fetch-event -o $@.tmp
 	@mv $@.tmp $@
 
+# Kept: make would delete them as intermediates after every build.
+.PRECIOUS: build/js-batched/%.js
 build/js-batched/%.js: plugins/js/%.js host/templates/batch.js
 	@mkdir -p $(dir $@)
 	cat $< > $@ && echo >> $@ && cat host/templates/batch.js >> $@
