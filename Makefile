@@ -108,13 +108,12 @@ $(OUT)/%_js.wasm: build/js-batched/%.js wit/plugin.wit $(COMPONENTIZE_JS)
 
 # Kept: make would delete them as intermediates after every build.
 .PRECIOUS: build/js-batched/%.js
+JOIN_BATCH_JS = mkdir -p $(dir $@) && cat $< > $@ && echo >> $@ && cat host/templates/batch.js >> $@
 build/js-batched/%.js: plugins/js/%.js host/templates/batch.js
-	@mkdir -p $(dir $@)
-	cat $< > $@ && echo >> $@ && cat host/templates/batch.js >> $@
+	$(JOIN_BATCH_JS)
 
 build/js-batched/order_paid.js: plugins/js/order-paid.js host/templates/batch.js
-	@mkdir -p $(dir $@)
-	cat $< > $@ && echo >> $@ && cat host/templates/batch.js >> $@
+	$(JOIN_BATCH_JS)
 
 plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm $(OUT)/noop_python.wasm $(OUT)/noop_js.wasm \
   $(OUT)/misbehave_python.wasm $(OUT)/misbehave_js.wasm

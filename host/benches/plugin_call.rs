@@ -3,6 +3,7 @@
 //! Needs the built plugins (`make plugins`); run with `make bench`. `on_batch`: the same call in
 //! batches of 32 (`on-batch`, for the plugins that export it), per call.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -12,7 +13,20 @@ mod support;
 use support::{event_100b, plugin_path, BENCH_PLUGINS};
 
 use cojoin::event::Call;
-use cojoin::plugin::{EngineOptions, PluginEngine, PluginLimits, PluginRegistry};
+use cojoin::plugin::{EngineOptions, PluginEngine, PluginHandle, PluginLimits, PluginRegistry};
+
+/// A worker of the plugin `file` with the default limits.
+fn worker(engine: &Arc<PluginEngine>, file: &str) -> PluginHandle {
+    PluginRegistry::from_file(
+        engine.clone(),
+        &plugin_path(file),
+        PluginLimits::default(),
+        vec![],
+    )
+    .unwrap()
+    .handle()
+    .unwrap()
+}
 
 fn on_match(c: &mut Criterion) {
     let cache = tempfile::tempdir().unwrap();
@@ -29,14 +43,7 @@ fn on_match(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.measurement_time(Duration::from_secs(4));
     for (label, file) in BENCH_PLUGINS {
-        let registry = PluginRegistry::from_file(
-            engine.clone(),
-            &plugin_path(file),
-            PluginLimits::default(),
-            vec![],
-        )
-        .unwrap();
-        let mut worker = registry.handle().unwrap();
+        let mut worker = worker(&engine, file);
         g.bench_function(label, |bench| {
             bench.iter(|| worker.on_match(a.key_bytes(), &a, &b).unwrap())
         });
@@ -54,14 +61,7 @@ fn on_match(c: &mut Criterion) {
     g.throughput(Throughput::Elements(BATCH as u64));
     g.measurement_time(Duration::from_secs(4));
     for (label, file) in BENCH_PLUGINS {
-        let registry = PluginRegistry::from_file(
-            engine.clone(),
-            &plugin_path(file),
-            PluginLimits::default(),
-            vec![],
-        )
-        .unwrap();
-        let mut worker = registry.handle().unwrap();
+        let mut worker = worker(&engine, file);
         if worker.on_batch(&calls).is_none() {
             continue; // no on-batch export
         }

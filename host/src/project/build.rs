@@ -72,10 +72,10 @@ pub fn build(dir: &Path) -> Result<Built, ProjectError> {
     let mut batched = false;
     match lang {
         Lang::Python => {
-            app_only = super::python::build(dir, &program, &partial)?
-                == super::python::PythonBuild::AppOnly;
             // The loader serves on_batch when built for that world.
             batched = has_batched_world(dir);
+            app_only = super::python::build(dir, &program, &partial, batched)?
+                == super::python::PythonBuild::AppOnly;
         }
         Lang::Js => batched = super::js::build(dir, &program, &js_entry(dir), &partial)?,
         Lang::Rust => {

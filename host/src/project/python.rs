@@ -38,7 +38,13 @@ pub enum PythonBuild {
 
 /// Builds the project in `dir` to `out` with componentize-py (`program`), or reuses the kept
 /// component when only the body of `app.py` changed.
-pub fn build(dir: &Path, program: &Path, out: &Path) -> Result<PythonBuild, ProjectError> {
+/// `batched`: build for the world `plugin-batched` (the loader serves `on_batch`).
+pub fn build(
+    dir: &Path,
+    program: &Path,
+    out: &Path,
+    batched: bool,
+) -> Result<PythonBuild, ProjectError> {
     let base_dir = dir.join("build/.cojoin-base");
     let base = base_dir.join("base.wasm");
     let fingerprint_file = base_dir.join("fingerprint");
@@ -60,11 +66,7 @@ pub fn build(dir: &Path, program: &Path, out: &Path) -> Result<PythonBuild, Proj
     let _ = std::fs::remove_file(&fingerprint_file);
     let mut cmd = Command::new(program);
     // plugin-batched: the loader serves on_batch.
-    let world = if super::toolchain::has_batched_world(dir) {
-        "plugin-batched"
-    } else {
-        "plugin"
-    };
+    let world = if batched { "plugin-batched" } else { "plugin" };
     cmd.args(["-d", "wit", "-w", world, "componentize", "-p", "."])
         .arg("-p")
         .arg(&base_dir)

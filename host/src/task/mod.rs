@@ -538,9 +538,9 @@ impl PartitionTask {
                 pending: self.pending,
                 pending_from: self.pending_from,
             };
-            let rejected = admission != Admission::Join
-                || (event.value.is_none() && self.policy.tombstones != TombstonePolicy::Join);
-            if rejected {
+            let unjoined_tombstone =
+                event.value.is_none() && self.policy.tombstones != TombstonePolicy::Join;
+            if admission != Admission::Join || unjoined_tombstone {
                 self.flush(&mut batch, &mut deferred, action, sleep);
                 if self.halted.is_some() {
                     break;
@@ -568,7 +568,7 @@ impl PartitionTask {
                         event,
                     );
                 }
-            } else if event.value.is_none() && self.policy.tombstones != TombstonePolicy::Join {
+            } else if unjoined_tombstone {
                 self.counters.tombstones += 1;
                 if !replay && self.policy.tombstones == TombstonePolicy::DeadLetter {
                     self.reject(
@@ -666,7 +666,6 @@ impl PartitionTask {
                 break;
             }
         }
-        deferred.clear();
     }
 
     /// Calls the action for `outcome` and emits what it returned. `first`: the result of a first
