@@ -6,6 +6,7 @@
 //! and the producer partitioners whose mismatch breaks a join ([`partitioner`]). Nothing here imports the plugin
 //! runtime.
 
+pub mod acks;
 pub mod assignment;
 pub mod client;
 pub mod pairing;

@@ -40,7 +40,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Message, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::client;
@@ -468,9 +468,10 @@ impl Step {
         if written.is_empty() {
             return Ok(());
         }
-        let flushed = self.producer.flush(TIMEOUT);
+        // Not `flush`, which waits out 100 ms steps (kafka/acks.rs).
+        let flushed = super::acks::wait_delivered(&self.producer, Instant::now() + TIMEOUT);
         let failed = self.failures.count.load(Ordering::Relaxed);
-        if flushed.is_err() || failed > 0 {
+        if !flushed || failed > 0 {
             let last = self
                 .failures
                 .last
@@ -478,7 +479,7 @@ impl Step {
                 .unwrap_or_else(|p| p.into_inner())
                 .clone();
             anyhow::bail!(
-                "{failed} writes failed ({}), flush: {flushed:?}",
+                "{failed} writes failed ({}), all acknowledged: {flushed}",
                 last.unwrap_or_default()
             );
         }

@@ -407,16 +407,11 @@ impl Sink {
     }
 
     fn await_in_flight(&self) -> Result<()> {
-        // Not `flush`: rdkafka's `BaseProducer::poll` always waits out its whole timeout, and
-        // `flush` polls in 100 ms steps, so every flush took at least 100 ms (seen on the mock
-        // cluster: a task capped at 10 batches a second). librdkafka would retry a record for
-        // message.timeout.ms (300 s); the host gives up sooner (see DELIVERY_BOUND).
-        let deadline = Instant::now() + DELIVERY_BOUND;
-        while self.producer.in_flight_count() > 0 {
-            if Instant::now() >= deadline {
-                bail!("outputs not acknowledged within {} s; stopping without committing them (a restart replays them)", DELIVERY_BOUND.as_secs());
-            }
-            self.producer.poll(Duration::from_millis(1));
+        // Not `flush`, which polls in 100 ms steps: every flush took at least 100 ms (seen on
+        // the mock cluster: a task capped at 10 batches a second). librdkafka would retry a
+        // record for message.timeout.ms (300 s); the host gives up sooner (see DELIVERY_BOUND).
+        if !super::acks::wait_delivered(&self.producer, Instant::now() + DELIVERY_BOUND) {
+            bail!("outputs not acknowledged within {} s; stopping without committing them (a restart replays them)", DELIVERY_BOUND.as_secs());
         }
         Ok(())
     }

@@ -1,0 +1,123 @@
+//! Waiting for a producer's delivery reports without spinning.
+//!
+//! rdkafka's `BaseProducer::poll(t)` polls its queue until `t` has passed (it does not return at
+//! the first event), and it hands librdkafka the time left in whole milliseconds, so below one it
+//! polls without waiting: `poll(1 ms)` spins for the whole millisecond. The host waited for each
+//! round's acknowledgements that way, and a profile of cojoin-python on Kafka found 4 % of its
+//! CPU reading the clock in that loop (BENCHMARKS.md). `flush` waits out 100 ms steps instead.
+//! Here the reports are served one event at a time without waiting, with short naps when none
+//! is there yet.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
+
+/// The first nap, and the longest (what a wait may overrun the last acknowledgement by).
+const FIRST_NAP: Duration = Duration::from_micros(50);
+const LONGEST_NAP: Duration = Duration::from_millis(1);
+
+/// Serves delivery reports until nothing is in flight (true), or until `deadline` (false).
+pub fn wait_delivered<C: ProducerContext>(producer: &BaseProducer<C>, deadline: Instant) -> bool {
+    let mut nap = FIRST_NAP;
+    loop {
+        let before = producer.in_flight_count();
+        if before == 0 {
+            return true;
+        }
+        // Serves one event (a produce request's delivery reports) if there is one.
+        producer.poll(Duration::ZERO);
+        let after = producer.in_flight_count();
+        if after == 0 {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        if after < before {
+            nap = FIRST_NAP;
+        } else {
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(LONGEST_NAP);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext};
+    use rdkafka::ClientConfig;
+
+    /// CPU time this thread has run, from the kernel's scheduler statistics.
+    fn thread_cpu() -> Duration {
+        let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+        Duration::from_nanos(stat.split_whitespace().next().unwrap().parse().unwrap())
+    }
+
+    fn producer(bootstrap: &str) -> BaseProducer<DefaultProducerContext> {
+        ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("message.timeout.ms", "30000")
+            .create()
+            .unwrap()
+    }
+
+    fn send(producer: &BaseProducer<DefaultProducerContext>, n: usize) {
+        for i in 0..n {
+            let key = format!("k{i}");
+            producer
+                .send(BaseRecord::to("t").key(&key).payload("v"))
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn a_wait_for_slow_acknowledgements_returns_when_they_come_and_sleeps_meanwhile() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("t", 3, 1).unwrap();
+        let producer = producer(&cluster.bootstrap_servers());
+        // A first message connects and learns the topic before the timing starts.
+        send(&producer, 1);
+        assert!(wait_delivered(
+            &producer,
+            Instant::now() + Duration::from_secs(10)
+        ));
+        cluster
+            .broker_round_trip_time(1, Duration::from_millis(400))
+            .unwrap();
+        send(&producer, 100);
+        let (started, cpu) = (Instant::now(), thread_cpu());
+        assert!(wait_delivered(&producer, started + Duration::from_secs(10)));
+        let (waited, used) = (started.elapsed(), thread_cpu() - cpu);
+        assert_eq!(producer.in_flight_count(), 0);
+        assert!(waited >= Duration::from_millis(300), "waited {waited:?}");
+        // The spinning poll used the whole wait; naps use a few milliseconds of it.
+        assert!(used < waited / 4, "{used:?} of CPU in a wait of {waited:?}");
+    }
+
+    #[test]
+    fn a_wait_gives_up_at_its_deadline_when_the_broker_is_down() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("t", 1, 1).unwrap();
+        let producer = producer(&cluster.bootstrap_servers());
+        send(&producer, 1);
+        assert!(wait_delivered(
+            &producer,
+            Instant::now() + Duration::from_secs(10)
+        ));
+        cluster.broker_down(1).unwrap();
+        send(&producer, 10);
+        let started = Instant::now();
+        assert!(!wait_delivered(
+            &producer,
+            started + Duration::from_millis(300)
+        ));
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
+            "waited {waited:?}"
+        );
+        assert!(producer.in_flight_count() > 0);
+    }
+}
