@@ -55,12 +55,27 @@ mod tests {
         Duration::from_nanos(stat.split_whitespace().next().unwrap().parse().unwrap())
     }
 
-    fn producer(bootstrap: &str) -> BaseProducer<DefaultProducerContext> {
-        ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
+    /// A mock cluster with topic `t` of `partitions`, and a producer that has already delivered
+    /// one message to it (connected, the topic known) before a test times anything.
+    fn connected(
+        partitions: i32,
+    ) -> (
+        MockCluster<'static, DefaultProducerContext>,
+        BaseProducer<DefaultProducerContext>,
+    ) {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("t", partitions, 1).unwrap();
+        let producer: BaseProducer<DefaultProducerContext> = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
             .set("message.timeout.ms", "30000")
             .create()
-            .unwrap()
+            .unwrap();
+        send(&producer, 1);
+        assert!(wait_delivered(
+            &producer,
+            Instant::now() + Duration::from_secs(10)
+        ));
+        (cluster, producer)
     }
 
     fn send(producer: &BaseProducer<DefaultProducerContext>, n: usize) {
@@ -74,15 +89,7 @@ mod tests {
 
     #[test]
     fn a_wait_for_slow_acknowledgements_returns_when_they_come_and_sleeps_meanwhile() {
-        let cluster = MockCluster::new(1).unwrap();
-        cluster.create_topic("t", 3, 1).unwrap();
-        let producer = producer(&cluster.bootstrap_servers());
-        // A first message connects and learns the topic before the timing starts.
-        send(&producer, 1);
-        assert!(wait_delivered(
-            &producer,
-            Instant::now() + Duration::from_secs(10)
-        ));
+        let (cluster, producer) = connected(3);
         cluster
             .broker_round_trip_time(1, Duration::from_millis(400))
             .unwrap();
@@ -98,14 +105,7 @@ mod tests {
 
     #[test]
     fn a_wait_gives_up_at_its_deadline_when_the_broker_is_down() {
-        let cluster = MockCluster::new(1).unwrap();
-        cluster.create_topic("t", 1, 1).unwrap();
-        let producer = producer(&cluster.bootstrap_servers());
-        send(&producer, 1);
-        assert!(wait_delivered(
-            &producer,
-            Instant::now() + Duration::from_secs(10)
-        ));
+        let (cluster, producer) = connected(1);
         cluster.broker_down(1).unwrap();
         send(&producer, 10);
         let started = Instant::now();
