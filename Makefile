@@ -11,6 +11,8 @@
 #   make wheel   a wheel carrying the cojoin binary, in build/wheels/ (pip install it for a `cojoin`)
 #   make kafka   start a single-node Apache Kafka broker on 127.0.0.1:9092 (the README walk-through);
 #                make kafka-stop stops it
+#   make kafka-secured  the same broker secured (SASL_SSL and ACLs) on 127.0.0.1:9093, with an admin
+#                client config in target/kafka-secured/admin.properties; make kafka-secured-stop stops it
 #   make soak    the checks at scale that stay out of CI: repeated kill -9 rounds, a one-minute
 #                rebalance storm per group protocol, five kill -9 rounds under exactly-once, and
 #                make soak-memory: peak RSS under a 1M and a 5M backlog, and a join whose window
@@ -75,6 +77,52 @@ kafka: kafka-libs
 kafka-stop:
 	@if [ -f target/kafka.pid ] && kill $$(cat target/kafka.pid) 2>/dev/null; then echo "Kafka stopped"; else echo "no Kafka started by make kafka is running"; fi
 	@rm -f target/kafka.pid
+
+# The secured broker of the README's secured walk-through (tests/kafka/broker.sh, KAFKA_SECURITY=
+# secured): SASL_SSL (SCRAM-SHA-256/512, PLAIN, OAUTHBEARER) on 127.0.0.1:9093, the controller on
+# 9094, mTLS on 9095, the StandardAuthorizer denying what no ACL allows, super user User:admin.
+# Data, CA, client certificates and passwords in target/kafka-secured/ (made afresh at each start),
+# log in target/kafka-secured.log. Once it serves, target/kafka-secured/admin.properties holds the
+# super user's Java client config (SCRAM-SHA-512 over SASL_SSL) for kafka-topics.sh,
+# kafka-acls.sh and the console producer and consumer (all take it as --command-config).
+# `make kafka-secured-stop` stops it.
+KAFKA_SECURED_PORT ?= 9093
+KAFKA_SECURED_DIR := target/kafka-secured
+.PHONY: kafka-secured kafka-secured-stop
+kafka-secured: kafka-libs
+	@if [ -f target/kafka-secured.pid ] && kill -0 $$(cat target/kafka-secured.pid) 2>/dev/null; then \
+	  echo "Kafka (secured) already running (pid $$(cat target/kafka-secured.pid)): make kafka-secured-stop first"; exit 1; fi
+	@mkdir -p target
+	@KAFKA_SECURITY=secured tests/kafka/broker.sh $(CURDIR)/$(KAFKA_SECURED_DIR) $(KAFKA_SECURED_PORT) \
+	  $$(($(KAFKA_SECURED_PORT) + 1)) $$(($(KAFKA_SECURED_PORT) + 2)) > target/kafka-secured.log 2>&1 & \
+	  echo $$! > target/kafka-secured.pid
+	@for i in $$(seq 1 90); do \
+	  if grep -q 'Kafka Server started' target/kafka-secured.log; then break; fi; \
+	  if ! kill -0 $$(cat target/kafka-secured.pid) 2>/dev/null; then echo "Kafka (secured) did not start:"; tail -20 target/kafka-secured.log; exit 1; fi; \
+	  if [ $$i = 90 ]; then echo "Kafka (secured) not serving after 90 s; see target/kafka-secured.log"; exit 1; fi; \
+	  sleep 1; done
+	@d=$(CURDIR)/$(KAFKA_SECURED_DIR); umask 077; { \
+	  echo "# The super user User:admin over SASL_SSL with SCRAM-SHA-512 (written by make kafka-secured)"; \
+	  echo "security.protocol=SASL_SSL"; \
+	  echo "sasl.mechanism=SCRAM-SHA-512"; \
+	  echo "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"$$(cat $$d/users/admin.password)\";"; \
+	  echo "ssl.truststore.type=PEM"; \
+	  echo "ssl.truststore.location=$$d/tls/ca.pem"; \
+	  } > $$d/admin.properties
+	@p=$(KAFKA_SECURED_PORT); d=$(KAFKA_SECURED_DIR); \
+	  echo "Kafka 4.4.0 secured (pid $$(cat target/kafka-secured.pid), log target/kafka-secured.log); make kafka-secured-stop stops it"; \
+	  echo "  127.0.0.1:$$p SASL_SSL: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN, OAUTHBEARER; 127.0.0.1:$$((p + 2)) mTLS; super user User:admin"; \
+	  echo "  CA $$d/tls/ca.pem; passwords $$d/users/{admin,cojoin}.password; certificates $$d/tls/{admin,cojoin}.{pem,key}"; \
+	  echo "  as the super user: tests/kafka/kafka-topics.sh --bootstrap-server 127.0.0.1:$$p --command-config $$d/admin.properties --list"; \
+	  echo "  (the same --command-config for kafka-acls.sh and for the console producer and consumer)"
+
+# Returns once the broker has exited (its ports free for the next start), or after 30 s.
+kafka-secured-stop:
+	@if [ -f target/kafka-secured.pid ] && pid=$$(cat target/kafka-secured.pid) && kill $$pid 2>/dev/null; then \
+	  for i in $$(seq 1 30); do kill -0 $$pid 2>/dev/null || break; sleep 1; done; \
+	  if kill -0 $$pid 2>/dev/null; then echo "Kafka (secured) still stopping after 30 s (pid $$pid)"; else echo "Kafka (secured) stopped"; fi; \
+	else echo "no Kafka started by make kafka-secured is running"; fi
+	@rm -f target/kafka-secured.pid
 
 setup: wasm-target $(COMPONENTIZE_PY) $(COMPONENTIZE_JS) kafka-libs
 

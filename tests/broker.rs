@@ -1,16 +1,27 @@
 //! An Apache Kafka broker started as a separate process for one test or benchmark (the
 //! single-node KRaft broker of `tests/kafka/broker.sh`, on free loopback ports with a fresh log
 //! directory), and the Kafka clients the tests use around it: admin, producer, reader.
+//!
+//! A broker is plaintext ([`Kafka::start`]) or secured ([`Kafka::start_secured`]: TLS, SASL,
+//! mTLS and ACLs, see the script's header). On a secured broker every helper here connects as the
+//! super user `admin` (SASL_SSL, SCRAM-SHA-512), so a test sets up topics and reads results as
+//! usual; [`Kafka::cojoin_kafka_settings`] gives what the host under test needs to connect as the
+//! unprivileged user `cojoin`, and `crate::acl` what `cojoin` may do.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::ClientContext;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{DeliveryResult, Headers, Message};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DefaultProducerContext, Producer, ProducerContext, ThreadedProducer,
+};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
 use crate::stream::Record;
@@ -34,20 +45,151 @@ pub fn free_port() -> u16 {
 /// One broker process; stopped (SIGKILL, its data is throwaway) when dropped.
 pub struct Kafka {
     child: Child,
+    /// Where the helpers connect: the plaintext listener, or a secured broker's SASL_SSL one.
     pub bootstrap: String,
     /// The broker's own log (stdout and stderr).
     pub log: PathBuf,
+    /// A secured broker's listeners and credentials; `None` for a plaintext broker.
+    pub security: Option<Security>,
+}
+
+/// What clients need to reach a secured broker (made afresh by `tests/kafka/broker.sh` at every
+/// start, under its log directory).
+#[derive(Clone, Debug)]
+pub struct Security {
+    /// The SASL_SSL listener (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN, OAUTHBEARER), `127.0.0.1:port`.
+    pub sasl_ssl: String,
+    /// The SSL listener, which requires a client certificate (mTLS), `127.0.0.1:port`.
+    pub ssl: String,
+    /// The test CA (PEM) that signed the broker's and the clients' certificates.
+    pub ca: PathBuf,
+    /// The super user.
+    pub admin: Credentials,
+    /// The user the host under test connects as; it may do what ACLs grant `User:cojoin`.
+    pub cojoin: Credentials,
+}
+
+/// One user of a secured broker: the same name for SCRAM, PLAIN, OAUTHBEARER and its certificate
+/// (CN=`user`), so each way of logging in is the same principal `User:<user>`.
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    pub user: String,
+    /// `<user>-secret-<random hex>`, new at each broker start: a test can search output for it.
+    pub password: String,
+    /// The file that holds the password (for a config's `{ file = "…" }`).
+    pub password_file: PathBuf,
+    /// The client certificate (PEM), signed by [`Security::ca`].
+    pub certificate: PathBuf,
+    /// Its private key (PEM, unencrypted).
+    pub key: PathBuf,
+}
+
+/// How a client authenticates to a secured broker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Auth {
+    /// SASL_SSL with SCRAM-SHA-512.
+    Scram512,
+    /// SASL_SSL with SCRAM-SHA-256.
+    Scram256,
+    /// SASL_SSL with PLAIN (the password checked against the broker's JAAS config).
+    Plain,
+    /// The SSL listener with a client certificate.
+    Mtls,
+    /// SASL_SSL with OAUTHBEARER, an unsigned JWT from librdkafka's built-in token maker (the
+    /// broker's default validator accepts any; tests only).
+    OAuthBearer,
+}
+
+impl Auth {
+    pub const ALL: [Auth; 5] = [
+        Auth::Scram512,
+        Auth::Scram256,
+        Auth::Plain,
+        Auth::Mtls,
+        Auth::OAuthBearer,
+    ];
+}
+
+impl Security {
+    /// The bootstrap address and the librdkafka options with which `who` connects by `how`.
+    pub fn settings(&self, who: &Credentials, how: Auth) -> (String, Vec<(String, String)>) {
+        let ca = self.ca.display().to_string();
+        let sasl = |mechanism: &str| {
+            vec![
+                ("security.protocol", "SASL_SSL".to_owned()),
+                ("sasl.mechanism", mechanism.to_owned()),
+                ("ssl.ca.location", ca.clone()),
+            ]
+        };
+        let (bootstrap, options) = match how {
+            Auth::Scram512 | Auth::Scram256 | Auth::Plain => {
+                let mechanism = match how {
+                    Auth::Scram512 => "SCRAM-SHA-512",
+                    Auth::Scram256 => "SCRAM-SHA-256",
+                    _ => "PLAIN",
+                };
+                let mut options = sasl(mechanism);
+                options.push(("sasl.username", who.user.clone()));
+                options.push(("sasl.password", who.password.clone()));
+                (&self.sasl_ssl, options)
+            }
+            Auth::OAuthBearer => {
+                let mut options = sasl("OAUTHBEARER");
+                options.push(("sasl.oauthbearer.config", format!("principal={}", who.user)));
+                // Without a token refresh callback of its own, a client needs librdkafka's.
+                options.push(("enable.sasl.oauthbearer.unsecure.jwt", "true".to_owned()));
+                (&self.sasl_ssl, options)
+            }
+            Auth::Mtls => (
+                &self.ssl,
+                vec![
+                    ("security.protocol", "SSL".to_owned()),
+                    ("ssl.ca.location", ca.clone()),
+                    (
+                        "ssl.certificate.location",
+                        who.certificate.display().to_string(),
+                    ),
+                    ("ssl.key.location", who.key.display().to_string()),
+                ],
+            ),
+        };
+        let options = options
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        (bootstrap.clone(), options)
+    }
+}
+
+/// `options` as the lines of a TOML table (`"sasl.mechanism" = "SCRAM-SHA-512"`), e.g. under a
+/// cojoin config's `[kafka.options]`.
+pub fn toml_options(options: &[(String, String)]) -> String {
+    let quote = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    options
+        .iter()
+        .map(|(k, v)| format!("{} = {}\n", quote(k), quote(v)))
+        .collect()
 }
 
 impl Kafka {
     /// Starts a broker with its data under `dir/kafka`; returns once it answers metadata.
     pub fn start(dir: &Path) -> Kafka {
-        // Two free ports picked apart can still collide with another process binding in between:
-        // the script refuses a taken port, and a second attempt picks new ones.
+        Self::start_with_retries(dir, false)
+    }
+
+    /// Starts a secured broker (TLS, SASL, mTLS, StandardAuthorizer; see `tests/kafka/broker.sh`)
+    /// with its data and key material under `dir/kafka`; returns once it answers the super user.
+    pub fn start_secured(dir: &Path) -> Kafka {
+        Self::start_with_retries(dir, true)
+    }
+
+    fn start_with_retries(dir: &Path, secured: bool) -> Kafka {
+        // Free ports picked apart can still collide with another process binding in between: the
+        // script refuses a taken port, and a second attempt picks new ones.
         let mut last_failure = String::new();
         for _attempt in 0..3 {
-            let (port, controller) = (free_port(), free_port());
-            match Self::try_start(dir, port, controller) {
+            let ports = [free_port(), free_port(), free_port()];
+            match Self::try_start(dir, ports, secured) {
                 Ok(kafka) => return kafka,
                 Err(why) if why.contains("is taken") => last_failure = why,
                 Err(why) => panic!("{why}"),
@@ -56,13 +198,27 @@ impl Kafka {
         panic!("{last_failure}")
     }
 
-    fn try_start(dir: &Path, port: u16, controller: u16) -> Result<Kafka, String> {
+    /// `ports`: the clients' listener (plaintext, or SASL_SSL), the controller's, and a secured
+    /// broker's SSL listener.
+    fn try_start(dir: &Path, ports: [u16; 3], secured: bool) -> Result<Kafka, String> {
+        let [port, controller, ssl] = ports;
         let log = dir.join("kafka.log");
         let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(broker_script())
-            .arg(dir.join("kafka"))
+        let data = dir.join("kafka");
+        let mut command = Command::new(broker_script());
+        command
+            .arg(&data)
             .arg(port.to_string())
-            .arg(controller.to_string())
+            .arg(controller.to_string());
+        // Set either way: a KAFKA_SECURITY in the test's own environment must not choose.
+        if secured {
+            command
+                .env("KAFKA_SECURITY", "secured")
+                .arg(ssl.to_string());
+        } else {
+            command.env("KAFKA_SECURITY", "plaintext");
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -72,44 +228,86 @@ impl Kafka {
             child,
             bootstrap: format!("127.0.0.1:{port}"),
             log,
+            security: None,
         };
-        kafka.wait_ready()?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        if secured {
+            kafka.wait_until(deadline, "made its key material", || {
+                data.join("users/cojoin.password").exists()
+            })?;
+            kafka.security = Some(Security::read(&data, port, ssl));
+        }
+        // The super user's client (SCRAM over TLS) is refused until the broker has its
+        // credentials; logging each refusal while it starts would only be noise.
+        let consumer: BaseConsumer = kafka.client().set("log_level", "0").create().unwrap();
+        kafka.wait_until(deadline, "serving", || {
+            consumer
+                .fetch_metadata(None, Duration::from_secs(1))
+                .is_ok_and(|m| !m.brokers().is_empty())
+        })?;
         Ok(kafka)
     }
 
-    /// Waits until the broker lists itself in a metadata response; a broker that exits or stays
-    /// silent is reported with why (the script's own complaint, the Java version, the log's end).
-    fn wait_ready(&mut self) -> Result<(), String> {
-        let consumer: BaseConsumer = self.client().set("log_level", "0").create().unwrap();
-        let deadline = Instant::now() + START_TIMEOUT;
+    /// Polls `done` until it holds; a broker that exits or misses `deadline` is reported with
+    /// why (the script's own complaint, the Java version, the log's end).
+    fn wait_until(
+        &mut self,
+        deadline: Instant,
+        what: &str,
+        mut done: impl FnMut() -> bool,
+    ) -> Result<(), String> {
         loop {
-            if let Ok(m) = consumer.fetch_metadata(None, Duration::from_secs(1)) {
-                if !m.brokers().is_empty() {
-                    return Ok(());
-                }
+            if done() {
+                return Ok(());
             }
             if let Some(status) = self.child.try_wait().unwrap() {
                 return Err(format!(
-                    "the Kafka broker on {} exited ({status}) before serving; {}",
+                    "the Kafka broker on {} exited ({status}) before {what}; {}",
                     self.bootstrap,
                     self.diagnosis()
                 ));
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "the Kafka broker on {} is not serving after {START_TIMEOUT:?}; {}",
+                    "the Kafka broker on {} has not {what} after {START_TIMEOUT:?}; {}",
                     self.bootstrap,
                     self.diagnosis()
                 ));
             }
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
-    /// A client config pointed at this broker.
-    fn client(&self) -> ClientConfig {
+    /// The librdkafka options with which the helpers connect: none on a plaintext broker, the
+    /// super user `admin` over SASL_SSL with SCRAM-SHA-512 on a secured one. With
+    /// [`Kafka::producer_with`], for a thread that does not own the `Kafka`.
+    pub fn admin_settings(&self) -> Vec<(String, String)> {
+        match &self.security {
+            None => Vec::new(),
+            Some(security) => security.settings(&security.admin, Auth::Scram512).1,
+        }
+    }
+
+    /// The bootstrap address and librdkafka options (for `[kafka] bootstrap_servers` and
+    /// `[kafka.options]`, see [`toml_options`]) with which a cojoin host connects to this secured
+    /// broker as `cojoin`, by `how`. Panics on a plaintext broker.
+    pub fn cojoin_kafka_settings(&self, how: Auth) -> (String, Vec<(String, String)>) {
+        let security = self.security.as_ref().unwrap_or_else(|| {
+            panic!(
+                "the broker on {} is plaintext: start it with Kafka::start_secured",
+                self.bootstrap
+            )
+        });
+        security.settings(&security.cojoin, how)
+    }
+
+    /// A client config pointed at this broker, as the super user on a secured one.
+    pub(crate) fn client(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", &self.bootstrap);
+        for (k, v) in self.admin_settings() {
+            config.set(k, v);
+        }
         config
     }
 
@@ -237,20 +435,70 @@ impl Kafka {
     }
 
     pub fn producer(&self, partitioner: &str) -> ThreadedProducer<DefaultProducerContext> {
-        Self::producer_for(&self.bootstrap, partitioner)
+        Self::producer_with(&self.bootstrap, partitioner, &self.admin_settings())
     }
 
-    /// A producer for the broker at `bootstrap`, for a thread that does not own the `Kafka`.
-    /// Batches as librdkafka does by default.
+    /// A producer for the plaintext broker at `bootstrap`, for a thread that does not own the
+    /// `Kafka`. Batches as librdkafka does by default.
     pub fn producer_for(
         bootstrap: &str,
         partitioner: &str,
     ) -> ThreadedProducer<DefaultProducerContext> {
-        ClientConfig::new()
+        Self::producer_with(bootstrap, partitioner, &[])
+    }
+
+    /// [`Kafka::producer_for`] with librdkafka `settings` on top, e.g. [`Kafka::admin_settings`]
+    /// for a secured broker.
+    pub fn producer_with(
+        bootstrap: &str,
+        partitioner: &str,
+        settings: &[(String, String)],
+    ) -> ThreadedProducer<DefaultProducerContext> {
+        let mut config = ClientConfig::new();
+        config
             .set("bootstrap.servers", bootstrap)
-            .set("partitioner", partitioner)
+            .set("partitioner", partitioner);
+        for (k, v) in settings {
+            config.set(k, v);
+        }
+        config
             .create()
-            .unwrap()
+            .unwrap_or_else(|e| panic!("a producer for {bootstrap}: {e}"))
+    }
+
+    /// Produces one record to `topic` through a new producer with `settings` (e.g. from
+    /// [`Kafka::cojoin_kafka_settings`]) and waits for its delivery report: `Ok` once the broker
+    /// acknowledged it, else the broker's refusal (`MessageProduction(TopicAuthorizationFailed)`)
+    /// or a refused login (`Global(Authentication)`). Gives up after 15 s.
+    pub fn try_produce(
+        bootstrap: &str,
+        settings: &[(String, String)],
+        topic: &str,
+    ) -> Result<(), KafkaError> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", bootstrap)
+            // A refused topic fails the record at once, a refused login is reported at once
+            // (below); anything else that keeps it from the broker fails it here, before the
+            // poll below gives up.
+            .set("message.timeout.ms", "10000");
+        for (k, v) in settings {
+            config.set(k, v);
+        }
+        let producer: BaseProducer<DeliveryReport> = config
+            .create_with_context(DeliveryReport::default())
+            .unwrap_or_else(|e| panic!("a producer for {bootstrap}: {e}"));
+        producer
+            .send(BaseRecord::to(topic).key("probe").payload("probe"))
+            .map_err(|(e, _)| e)?;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            producer.poll(Duration::from_millis(100));
+            if let Some(result) = producer.context().0.lock().unwrap().take() {
+                return result;
+            }
+        }
+        panic!("producing to {topic} on {bootstrap}: no delivery report after 15 s")
     }
 
     /// Produces `records`, keyed, to their topic; `partition` pins them when given.
@@ -280,8 +528,7 @@ impl Kafka {
                     Ok(()) => break,
                     Err((e, back)) => {
                         assert!(
-                            e.rdkafka_error_code()
-                                == Some(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                            e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull),
                             "producing to {}: {e}",
                             r.topic
                         );
@@ -312,6 +559,54 @@ impl Kafka {
             consumer,
             records: Vec::new(),
         }
+    }
+}
+
+impl Security {
+    /// The material `tests/kafka/broker.sh` made in `data` (its log directory) for listeners on
+    /// `sasl_ssl` and `ssl`.
+    fn read(data: &Path, sasl_ssl: u16, ssl: u16) -> Security {
+        let user = |name: &str| {
+            let password_file = data.join(format!("users/{name}.password"));
+            Credentials {
+                user: name.to_owned(),
+                password: std::fs::read_to_string(&password_file)
+                    .unwrap_or_else(|e| panic!("reading {password_file:?}: {e}")),
+                password_file,
+                certificate: data.join(format!("tls/{name}.pem")),
+                key: data.join(format!("tls/{name}.key")),
+            }
+        };
+        Security {
+            sasl_ssl: format!("127.0.0.1:{sasl_ssl}"),
+            ssl: format!("127.0.0.1:{ssl}"),
+            ca: data.join("tls/ca.pem"),
+            admin: user("admin"),
+            cojoin: user("cojoin"),
+        }
+    }
+}
+
+/// The delivery report of [`Kafka::try_produce`]'s one record, or the refusal of its login.
+#[derive(Default)]
+struct DeliveryReport(std::sync::Mutex<Option<Result<(), KafkaError>>>);
+
+impl ClientContext for DeliveryReport {
+    /// librdkafka keeps a record whose login was refused queued (it retries the login) until the
+    /// record times out; the refusal itself comes here, at once.
+    fn error(&self, error: KafkaError, _reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Authentication) {
+            self.0.lock().unwrap().get_or_insert(Err(error));
+        }
+    }
+}
+
+impl ProducerContext for DeliveryReport {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let outcome = result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone());
+        *self.0.lock().unwrap() = Some(outcome);
     }
 }
 
@@ -412,5 +707,31 @@ impl Reader {
             value: text(m.payload()),
             headers,
         });
+    }
+}
+
+impl Kafka {
+    /// The broker's directory of partition `p` of `topic`, where its log segments are
+    /// (`tests/kafka/broker.sh` keeps its data in `<dir>/kafka/data`, beside this log,
+    /// `<dir>/kafka.log`).
+    pub fn partition_dir(&self, topic: &str, p: i32) -> PathBuf {
+        self.log
+            .with_file_name("kafka")
+            .join("data")
+            .join(format!("{topic}-{p}"))
+    }
+
+    /// Bytes of the log segments (`*.log`) of `topic`'s partitions on disk: what its records
+    /// take, compressed as their producers wrote them.
+    pub fn bytes_on_disk(&self, topic: &str, partitions: i32) -> u64 {
+        (0..partitions)
+            .flat_map(|p| {
+                let dir = self.partition_dir(topic, p);
+                std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("reading {dir:?}: {e}"))
+            })
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "log"))
+            .map(|path| std::fs::metadata(&path).unwrap().len())
+            .sum()
     }
 }

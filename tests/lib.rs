@@ -1,5 +1,6 @@
 //! Helpers shared by the end-to-end suites in `tests/tests/`.
 
+pub mod acl;
 pub mod broker;
 pub mod demo;
 pub mod hosts;

@@ -11,6 +11,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::Config;
+use crate::kafka::authz::Verdict;
 use crate::kafka::partitioner::{self, Partitioner};
 use crate::kafka::{assignment, protocol};
 
@@ -78,8 +79,10 @@ fn describe(p: &[Partitioner]) -> &'static str {
 pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let (left, right) = (config.join.left.as_str(), config.join.right.as_str());
-    let client =
-        crate::kafka::client::reader(&config.kafka, &format!("{}-check", config.kafka.group_id));
+    // No group.id: it assigns partitions itself, and a consumer with a group looks its
+    // coordinator up, which a principal without an ACL on that group sees as an error.
+    let mut client = crate::kafka::client::reader(&config.kafka, "");
+    client.remove("group.id");
     let consumer: BaseConsumer = client.create().context("creating a Kafka client")?;
     let metadata = consumer.fetch_metadata(None, TIMEOUT).with_context(|| {
         format!(
@@ -90,6 +93,10 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
     report.lines.push(format!(
         "broker reached: {} broker(s)",
         metadata.brokers().len()
+    ));
+    report.lines.push(crate::kafka::tls::connection_report(
+        &config.kafka.bootstrap_servers,
+        &config.kafka.options,
     ));
     let (protocol, why) =
         protocol::choose(config.kafka.group_protocol, &config.kafka.options, || {
@@ -105,6 +112,14 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
             .find(|t| t.name() == topic && t.error().is_none())
             .map_or(0, |t| t.partitions().len())
     };
+    // Without Describe on a topic the broker answers as if it did not exist: say so, not that.
+    let hidden = |topic: &str| {
+        metadata.topics().iter().any(|t| {
+            t.name() == topic
+                && t.error()
+                    == Some(rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
+        })
+    };
     let (lc, rc) = (count(left), count(right));
     report
         .lines
@@ -118,6 +133,9 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
     ];
     for (field, topic) in outputs {
         match topic {
+            Some(topic) if hidden(topic) => report.lines.push(format!(
+                "{field} {topic:?}: not visible to this principal (see the permission problems)"
+            )),
             Some(topic) if count(topic) == 0 => report.problems.push(format!(
                 "{field} {topic:?} does not exist on the broker: create it, or name an existing topic (run refuses to start without it)"
             )),
@@ -126,6 +144,11 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
         }
     }
     let plan = crate::repartition::plan(&config.join, &config.kafka.group_id, lc, rc);
+    permissions_report(config, &plan, &mut report)?;
+    if hidden(left) || hidden(right) {
+        // Partition counts and keys cannot be read until the permissions are granted.
+        return Ok(report);
+    }
     if lc > 0 && rc > 0 && !plan.sides.is_empty() {
         return repartition_report(config, &consumer, &plan, [lc, rc], per_topic, report);
     }
@@ -175,6 +198,33 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
         ));
     }
     Ok(report)
+}
+
+/// Asks the broker for every permission the config needs: a missing one is a problem naming the
+/// grant; those the broker could not tell about are said.
+fn permissions_report(
+    config: &Config,
+    plan: &crate::repartition::Plan,
+    report: &mut CheckReport,
+) -> Result<()> {
+    let needed = crate::acl::required(config, plan);
+    let verdicts = crate::kafka::authz::probe(config, &needed)?;
+    let principal = crate::acl::principal(config);
+    let mut granted = 0;
+    for (permission, verdict) in &verdicts {
+        match verdict {
+            Verdict::Granted => granted += 1,
+            Verdict::Missing => report.problems.push(permission.missing_message(&principal)),
+            Verdict::Unknown(why) => report
+                .lines
+                .push(format!("permission {permission}: not checked ({why})")),
+        }
+    }
+    report.lines.push(format!(
+        "permissions of {principal}: {granted} of the {} this config needs granted (README \"Security\")",
+        verdicts.len()
+    ));
+    Ok(())
 }
 
 /// What repartitioning a side costs and needs: the internal topic, why, and that the side read

@@ -25,6 +25,7 @@
 //! topic = "orders-paid"
 //! dead_letter_topic = "orders-payments-dlq"
 //! # allowed_topics = ["audit"]        # other topics a plugin record may name (default: any but the inputs)
+//! # compression = "zstd"              # none | gzip | snappy | lz4 | zstd: batches cojoin writes
 //!
 //! [memory]
 //! # queue_bytes = "64MiB"             # records consumed, not yet joined (partitions pause beyond)
@@ -41,6 +42,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::join::JoinKind;
+use crate::secret::{Options, Secret};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -142,8 +144,20 @@ pub struct AdminConfig {
     pub bind: String,
     /// When set, every request but `/healthz` needs `Authorization: Bearer <token>`. Required when
     /// `bind` is not a loopback address. Default: none.
+    /// A string, `{ env = "NAME" }` or `{ file = "/path" }` (see [`crate::secret`]).
     #[serde(default)]
-    pub token: Option<String>,
+    pub token: Option<Secret>,
+    /// PEM file of the server's certificate (its chain may follow). With `tls_key`, the server
+    /// speaks only HTTPS. Relative paths start from the working directory. Default: none.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of `tls_cert`'s private key (PKCS#8, RSA or EC; no passphrase). Default: none.
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
+    /// PEM file of the CA(s) that sign client certificates: when set, a client must present one
+    /// (mutual TLS). Needs `tls_cert` and `tls_key`. Default: none.
+    #[serde(default)]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 impl Default for AdminConfig {
@@ -152,6 +166,55 @@ impl Default for AdminConfig {
             enabled: true,
             bind: default_admin_bind(),
             token: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+        }
+    }
+}
+
+/// The files of the admin server's TLS, as the config names them (`admin::tls` reads them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdminTlsFiles<'a> {
+    pub cert: &'a std::path::Path,
+    pub key: &'a std::path::Path,
+    pub client_ca: Option<&'a std::path::Path>,
+}
+
+impl AdminConfig {
+    /// The TLS files when `tls_cert` and `tls_key` are both set, `None` when neither is; an error
+    /// when only one is, or when `tls_client_ca` is set without them. Names only: the files are
+    /// read when the server starts.
+    pub fn tls_files(&self) -> Result<Option<AdminTlsFiles<'_>>, ConfigError> {
+        let invalid = |field, problem: &str, fix| ConfigError::Invalid {
+            field,
+            problem: problem.to_owned(),
+            fix,
+        };
+        const BOTH: &str =
+            "set both admin.tls_cert and admin.tls_key (PEM files), or neither for plain HTTP";
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Ok(Some(AdminTlsFiles {
+                cert,
+                key,
+                client_ca: self.tls_client_ca.as_deref(),
+            })),
+            (Some(_), None) => Err(invalid(
+                "admin.tls_key",
+                "is missing but admin.tls_cert is set",
+                BOTH,
+            )),
+            (None, Some(_)) => Err(invalid(
+                "admin.tls_cert",
+                "is missing but admin.tls_key is set",
+                BOTH,
+            )),
+            (None, None) if self.tls_client_ca.is_some() => Err(invalid(
+                "admin.tls_client_ca",
+                "is set but admin.tls_cert and admin.tls_key are not (client certificates are checked only over TLS)",
+                "set admin.tls_cert and admin.tls_key too, or remove admin.tls_client_ca",
+            )),
+            (None, None) => Ok(None),
         }
     }
 }
@@ -177,9 +240,11 @@ pub struct KafkaConfig {
     /// The consumer group protocol. Default: `auto`.
     #[serde(default)]
     pub group_protocol: GroupProtocol,
-    /// Raw librdkafka options, applied after cojoin's own (so they win). Default: none.
+    /// Raw librdkafka options, applied after cojoin's own (so they win); a value may come from
+    /// the environment or a file, `{ env = "NAME" }` / `{ file = "/path" }` (see
+    /// [`crate::secret`]). Default: none.
     #[serde(default)]
-    pub options: BTreeMap<String, String>,
+    pub options: Options,
 }
 
 /// How the group assigns partitions to hosts.
@@ -452,6 +517,36 @@ pub struct OutputConfig {
     /// exactly-once (as Kafka Streams).
     #[serde(default, with = "optional_duration")]
     pub commit_interval: Option<Duration>,
+    /// The codec of every batch cojoin writes: outputs, dead letters and the repartition step's
+    /// internal topics (librdkafka's `compression.type`, which `kafka.options` may still set and
+    /// then wins). Inputs are read whatever codec wrote them. Default: `none`.
+    #[serde(default)]
+    pub compression: Compression,
+}
+
+/// A producer's codec, as librdkafka (and the Java client) name it.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compression {
+    #[default]
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl Compression {
+    /// The value of librdkafka's `compression.type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+            Compression::Snappy => "snappy",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+        }
+    }
 }
 
 /// What a downstream reader can count on.
@@ -476,6 +571,37 @@ impl OutputConfig {
     }
 }
 
+/// Where in the file and what is wrong, without the excerpt of the file that toml's own message
+/// quotes: the line may hold an inline password.
+fn parse_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+            let column = before.len() - line_start + 1;
+            // Name the field (its table and key), never its value.
+            let table = before[..line_start]
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| l.starts_with('['))
+                .unwrap_or("");
+            let this_line = text[line_start..].lines().next().unwrap_or("");
+            let field = match this_line.split_once('=') {
+                Some((key, _)) if !key.trim().starts_with('[') => format!("{table} {}", key.trim()),
+                _ => table.to_owned(),
+            };
+            format!(
+                "line {line}, column {column} ({}): {}",
+                field.trim(),
+                e.message().trim_end()
+            )
+        }
+        None => e.message().trim_end().to_owned(),
+    }
+}
+
 impl Config {
     pub fn from_file(path: &std::path::Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
@@ -495,7 +621,7 @@ impl Config {
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: PathBuf::new(),
-            message: e.to_string(),
+            message: parse_error(text, &e),
         })?;
         config.validate()?;
         Ok(config)
@@ -665,7 +791,7 @@ impl Config {
                     "give ip:port, e.g. \"127.0.0.1:9464\" (port 0 picks a free one)",
                 );
             };
-            let token = self.admin.token.as_deref().map(str::trim);
+            let token = self.admin.token.as_ref().map(|t| t.expose().trim());
             if !addr.ip().is_loopback() && token.is_none_or(str::is_empty) {
                 // An empty token would let any request with `Authorization: Bearer ` through.
                 return invalid(
@@ -674,6 +800,7 @@ impl Config {
                     "set admin.token to a secret, or bind to 127.0.0.1",
                 );
             }
+            self.admin.tls_files()?;
         }
         let dead_letters = self.join.late == RecordPolicy::DeadLetter
             || self.join.null_keys == RecordPolicy::DeadLetter
@@ -884,6 +1011,33 @@ mod tests {
         assert_eq!(c.memory.queue_bytes, 64 << 20);
         assert_eq!(c.memory.state_bytes, 1 << 30);
         assert_eq!(c.state.dir(), std::env::temp_dir().join("cojoin-state"));
+        assert_eq!(c.output.compression, Compression::None);
+    }
+
+    #[test]
+    fn output_compression_takes_librdkafka_s_codec_names_and_refuses_others_by_field() {
+        let parse = |output: &str| {
+            Config::parse(&format!(
+                "{}\n[output]\ntopic = \"out\"\ndead_letter_topic = \"dlq\"\n{output}",
+                without_output!()
+            ))
+        };
+        for (text, codec) in [
+            ("none", Compression::None),
+            ("gzip", Compression::Gzip),
+            ("snappy", Compression::Snappy),
+            ("lz4", Compression::Lz4),
+            ("zstd", Compression::Zstd),
+        ] {
+            let c = parse(&format!("compression = \"{text}\"")).unwrap();
+            assert_eq!(c.output.compression, codec);
+            assert_eq!(codec.as_str(), text, "the name librdkafka takes");
+        }
+        let e = parse("compression = \"brotli\"").unwrap_err().to_string();
+        assert!(
+            e.contains("[output] compression") && e.contains("brotli") && e.contains("`zstd`"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -933,6 +1087,36 @@ mod tests {
         assert!(
             err.contains("admin.bind") && err.contains("ip:port"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn admin_tls_needs_both_cert_and_key_and_a_client_ca_needs_them() {
+        let admin = |fields: &str| format!("{MINIMAL}\n[admin]\n{fields}\n");
+        let cases = [
+            ("tls_cert = \"c.pem\"", "admin.tls_key"),
+            ("tls_key = \"k.pem\"", "admin.tls_cert"),
+            ("tls_client_ca = \"ca.pem\"", "admin.tls_client_ca"),
+        ];
+        for (fields, field) in cases {
+            let err = Config::parse(&admin(fields)).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("`{field}`"))
+                    && err.contains("admin.tls_cert and admin.tls_key"),
+                "{fields}: {err}"
+            );
+        }
+        // Names only: the files are read when the server starts (admin::tls).
+        let c = Config::parse(&admin(
+            "tls_cert = \"c.pem\"\ntls_key = \"k.pem\"\ntls_client_ca = \"ca.pem\"",
+        ))
+        .unwrap();
+        let files = c.admin.tls_files().unwrap().unwrap();
+        assert_eq!(files.cert, std::path::Path::new("c.pem"));
+        assert_eq!(files.client_ca, Some(std::path::Path::new("ca.pem")));
+        assert_eq!(
+            Config::parse(MINIMAL).unwrap().admin.tls_files().unwrap(),
+            None
         );
     }
 

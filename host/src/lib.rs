@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //!
+//! - [`acl`]: the Kafka permissions a config needs, and how to grant them (pure).
 //! - [`admin`]: the admin HTTP server — `/metrics`, `/healthz`, `/readyz`, `GET`/`PUT /plugins`.
 //! - [`check`]: `cojoin check` — broker, topics, co-partitioning, producer partitioners.
 //! - [`config`]: the TOML configuration, its defaults and validation (pure).
@@ -25,11 +26,14 @@
 //!   and counted in one place.
 //! - [`run`]: `cojoin run` — the loop from the Kafka source through the tasks and the plugin to
 //!   the Kafka sink; the plugin as a task's action.
+//! - [`secret`]: passwords and tokens in the config, inline or from the environment or a file,
+//!   never printed. Pure but for reading that variable or file.
 //! - [`task`]: `PartitionTask`, one co-partitioned task: join core + an action, emitting what to
 //!   produce and what to commit. Pure; the plugin is behind its `Action` trait.
 //! - [`wiring`]: the config turned into task policies and plugin limits.
 //! - `main.rs`, `cli/`: the `cojoin` command line.
 
+pub mod acl;
 pub mod admin;
 pub mod check;
 pub mod config;
@@ -46,5 +50,6 @@ pub mod repartition;
 pub mod replay;
 pub mod report;
 pub mod run;
+pub mod secret;
 pub mod task;
 pub mod wiring;

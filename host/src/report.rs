@@ -36,6 +36,12 @@ pub enum Happened<'a> {
         protocol: &'static str,
         why: &'a str,
     },
+    /// The broker was asked for the permissions the config needs: how many it granted, and
+    /// those it could not tell about (none missing: a missing one stops the host).
+    PermissionsChecked {
+        granted: usize,
+        unknown: &'a [String],
+    },
     /// Partitions taken from this host, by partition number, of the left and the right topic.
     PartitionsRevoked {
         left: &'a [i32],
@@ -150,6 +156,9 @@ impl Happened<'_> {
             GroupProtocol { protocol, why } => {
                 metrics.update(|m| m.group_protocol = Some(protocol));
                 tracing::info!(target: "cojoin::report", "group protocol {protocol}: {why}");
+            }
+            PermissionsChecked { granted, unknown } => {
+                tracing::info!(target: "cojoin::report", ?unknown, "Kafka permissions checked: {granted} granted, none missing");
             }
             PartitionsRevoked { left, right } => {
                 tracing::info!(target: "cojoin::report", ?left, ?right, "partitions revoked");

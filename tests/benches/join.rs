@@ -13,12 +13,14 @@
 //! RSS of the process (GNU time), and the match check: `ok` only if every run reported the expected
 //! count, else which runs did not and their counts. A system that failed in any run is shown as
 //! FAILED, with in how many runs and the first reason. Then the machine (nproc, CPU model), the
-//! ratios the project targets (of the median rates) and an SVG bar chart of the median records/s,
-//! target/bench-runs/join/throughput.svg.
+//! ratios the project targets (of the median rates), the bytes each cojoin system's runs added to
+//! the output topic's segments on the broker's disk (what `output.compression` saves), and an SVG
+//! bar chart of the median records/s, target/bench-runs/join/throughput.svg.
 //!
 //! Environment: BENCH_RECORDS (per topic, default 200000), BENCH_BATCH (records per producer batch,
 //! default 10000), BENCH_RUNS (rounds, default 3; the data set is produced once), BENCH_SYSTEMS
-//! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-rust-eos (exactly-once),
+//! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-rust-zstd
+//! (`output.compression = "zstd"`), cojoin-rust-eos (exactly-once),
 //! cojoin-rust-repartition (both sides through internal topics first), cojoin-python,
 //! cojoin-js, kafka-streams-rocksdb, kafka-streams-memory, python-handwritten,
 //! python-handwritten-producing, quixstreams),
@@ -118,6 +120,8 @@ fn main() {
 
     // Each system's runs, in the order the systems run.
     let mut by_system: Vec<(String, Vec<Figures>)> = Vec::new();
+    // What each cojoin run added to the output topic's segments on the broker's disk.
+    let mut output_bytes: Vec<(&str, Vec<f64>)> = Vec::new();
     // Started before a system runs: records the broker's CPU seconds since then with its figures.
     let broker_since = || {
         let start = kafka.cpu_seconds();
@@ -145,41 +149,49 @@ fn main() {
             add(since(f, &kafka));
         }
         // cojoin-rust-repartition: the same data with both sides re-keyed into internal topics
-        // first (join.repartition = "always"): what repartitioning costs.
-        for (name, wasm, guarantee, join_extra) in [
-            ("cojoin-noop", "noop.wasm", "at-least-once", ""),
-            ("cojoin-rust", "order_paid_rust.wasm", "at-least-once", ""),
+        // first (join.repartition = "always"): what repartitioning costs. cojoin-rust-zstd: the
+        // outputs compressed, what that costs in CPU and saves on the broker's disk.
+        for (name, wasm, output_extra, join_extra) in [
+            ("cojoin-noop", "noop.wasm", "", ""),
+            ("cojoin-rust", "order_paid_rust.wasm", "", ""),
+            (
+                "cojoin-rust-zstd",
+                "order_paid_rust.wasm",
+                "compression = \"zstd\"",
+                "",
+            ),
             (
                 "cojoin-rust-eos",
                 "order_paid_rust.wasm",
-                "exactly-once",
+                "guarantee = \"exactly-once\"",
                 "",
             ),
             (
                 "cojoin-rust-repartition",
                 "order_paid_rust.wasm",
-                "at-least-once",
+                "",
                 "repartition = \"always\"",
             ),
-            (
-                "cojoin-python",
-                "order_paid_python.wasm",
-                "at-least-once",
-                "",
-            ),
-            ("cojoin-js", "order_paid_js.wasm", "at-least-once", ""),
+            ("cojoin-python", "order_paid_python.wasm", "", ""),
+            ("cojoin-js", "order_paid_js.wasm", "", ""),
         ] {
             if run(name) {
                 let since = broker_since();
+                let before = kafka.bytes_on_disk("bench-out", PARTITIONS);
                 let f = cojoin_run(
                     name,
                     round,
                     &dir,
                     &kafka.bootstrap,
-                    (&plugin(wasm), guarantee, join_extra),
+                    (&plugin(wasm), output_extra, join_extra),
                     total,
                     expected,
                 );
+                let written = kafka.bytes_on_disk("bench-out", PARTITIONS) - before;
+                match output_bytes.iter_mut().find(|(s, _)| *s == name) {
+                    Some((_, runs)) => runs.push(written as f64),
+                    None => output_bytes.push((name, vec![written as f64])),
+                }
                 add(since(f, &kafka));
             }
         }
@@ -235,6 +247,7 @@ fn main() {
         })
         .collect();
     report(&rows, expected, records, runs);
+    report_output_bytes(&output_bytes);
     if std::env::var("BENCH_VERIFY").is_ok_and(|v| v == "1") {
         verify_outputs(&kafka.bootstrap, records);
     }
@@ -467,8 +480,8 @@ fn cojoin_run(
     round: u64,
     dir: &Path,
     bootstrap: &str,
-    // The plugin, output.guarantee, and more [join] settings.
-    (wasm, guarantee, join_extra): (&Path, &str, &str),
+    // The plugin, more [output] settings, and more [join] settings.
+    (wasm, output_extra, join_extra): (&Path, &str, &str),
     total: u64,
     expected: u64,
 ) -> Figures {
@@ -500,7 +513,7 @@ watch = false
 [output]
 topic = "bench-out"
 dead_letter_topic = "bench-dlq"
-guarantee = "{guarantee}"
+{output_extra}
 [admin]
 bind = "127.0.0.1:0"
 [memory]
@@ -680,6 +693,35 @@ fn report(rows: &[Summary], expected: u64, records: u64, runs: u64) {
                 c.peak_rss_mib / k.peak_rss_mib
             );
         }
+    }
+}
+
+/// The median bytes each cojoin system's runs added to the output topic's log segments: what
+/// `output.compression` saves on the broker's disk (and on the wire).
+fn report_output_bytes(output_bytes: &[(&str, Vec<f64>)]) {
+    if output_bytes.is_empty() {
+        return;
+    }
+    let mib = |system: &str| {
+        output_bytes
+            .iter()
+            .find(|(s, _)| *s == system)
+            .and_then(|(_, runs)| summary::median(runs))
+            .map(|bytes| bytes / f64::from(1 << 20))
+    };
+    let each: Vec<String> = output_bytes
+        .iter()
+        .filter_map(|(system, _)| Some(format!("{system} {:.1} MiB", mib(system)?)))
+        .collect();
+    println!(
+        "\noutput topic bench-out on disk, added per run (median): {}",
+        each.join(", ")
+    );
+    if let (Some(zstd), Some(plain)) = (mib("cojoin-rust-zstd"), mib("cojoin-rust")) {
+        println!(
+            "bytes on disk cojoin-rust-zstd / cojoin-rust: {:.2}",
+            zstd / plain
+        );
     }
 }
 

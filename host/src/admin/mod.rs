@@ -3,9 +3,10 @@
 //!
 //! Its own threads ([`server`]), one per connection: it only reads the shared metrics and calls
 //! the registry, and a swap compiles for seconds, which must stall neither the join loop nor the
-//! other requests.
+//! other requests. Over HTTPS when `admin.tls_cert` and `admin.tls_key` are set ([`tls`]).
 
 pub mod server;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, Result};
 use serde_json::json;
+use sha2::{Digest as _, Sha256};
 
 use crate::config::AdminConfig;
 use crate::hotswap::swap_recorded;
@@ -48,6 +50,7 @@ pub struct Request<'a> {
 
 pub struct AdminServer {
     pub addr: SocketAddr,
+    https: bool,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -60,31 +63,44 @@ pub fn now_ms() -> u64 {
 }
 
 impl AdminServer {
+    /// Reads the TLS files (a problem is a config error, before anything connects), binds, and
+    /// serves on its own thread until dropped.
     pub fn start(config: &AdminConfig, state: AdminState) -> Result<AdminServer> {
+        let tls = tls::server_config(config)?;
         let listener = std::net::TcpListener::bind(&config.bind).map_err(|e| {
             anyhow!(
                 "admin server cannot listen on {} (admin.bind): {e}; choose another port, 0 for any free one, or set admin.enabled = false",
                 config.bind
             )
         })?;
+        let https = tls.is_some();
         let stop = Arc::new(AtomicBool::new(false));
         let health = state.heartbeat_ms.clone();
         let (addr, thread) = server::start(
             listener,
             server::Limits::default(),
+            tls,
             stop.clone(),
             move |request| route(request, &state),
             move || healthz(&health),
         )?;
+        if !https && !addr.ip().is_loopback() {
+            tracing::warn!(
+                %addr,
+                "the admin server speaks plain HTTP off loopback: admin.token and uploads cross the network in clear; set admin.tls_cert and admin.tls_key"
+            );
+        }
         Ok(AdminServer {
             addr,
+            https,
             stop,
             thread: Some(thread),
         })
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 }
 
@@ -140,6 +156,23 @@ fn healthz(heartbeat_ms: &AtomicU64) -> Reply {
     }
 }
 
+/// Whether `authorization` is `Bearer <token>`. The scheme in any case (RFC 7235: `bearer` is
+/// `Bearer`); the token compared by SHA-256 digest in constant time, so that how long a refusal
+/// takes tells neither how much of a guess was right nor the token's length. Spaces around the
+/// token do not count (the config check trims them too).
+fn bearer_matches(authorization: Option<&str>, token: &str) -> bool {
+    let Some((scheme, given)) = authorization.and_then(|a| a.trim().split_once(' ')) else {
+        return false;
+    };
+    let (given, expected) = (Sha256::digest(given.trim()), Sha256::digest(token.trim()));
+    let differ = given
+        .iter()
+        .zip(expected.iter())
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    // black_box: the optimiser may not turn the fold into a loop that stops at the first byte.
+    scheme.eq_ignore_ascii_case("bearer") & (std::hint::black_box(differ) == 0)
+}
+
 /// The name of an upload: `PUT /plugins/<file>.wasm` (what `curl -T file.wasm URL/plugins/`
 /// sends) or `PUT /plugins?name=<name>`; else "upload".
 fn upload_name(target: &str) -> Option<String> {
@@ -171,8 +204,7 @@ pub fn route(request: Request<'_>, state: &AdminState) -> Reply {
         return healthz(&state.heartbeat_ms);
     }
     if let Some(token) = &state.token {
-        let expected = format!("Bearer {token}");
-        if request.authorization != Some(expected.as_str()) {
+        if !bearer_matches(request.authorization, token) {
             return text(
                 401,
                 "missing or wrong bearer token (Authorization: Bearer <admin.token>)\n",
@@ -305,6 +337,31 @@ fn plugins_json(state: &AdminState) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bearer_scheme_is_matched_in_any_case_and_the_token_exactly() {
+        for given in [
+            "Bearer s3cret",
+            "bearer s3cret",
+            "BEARER s3cret",
+            "Bearer   s3cret ",
+        ] {
+            assert!(bearer_matches(Some(given), "s3cret"), "{given:?}");
+        }
+        for given in [
+            "Bearer s3cre",
+            "Bearer s3cret2",
+            "Bearer S3CRET",
+            "Bearer ",
+            "Bearers3cret",
+            "Basic s3cret",
+            "s3cret",
+            "",
+        ] {
+            assert!(!bearer_matches(Some(given), "s3cret"), "{given:?}");
+        }
+        assert!(!bearer_matches(None, "s3cret"));
+    }
 
     #[test]
     fn an_upload_is_named_by_its_file_or_query_and_never_by_a_path() {

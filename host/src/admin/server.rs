@@ -1,5 +1,6 @@
-//! The admin server's HTTP/1.1 plumbing: one request per connection, deadlines on the head and
-//! the body, and a cap on connections. Connections are tokio tasks on the admin thread, so idle
+//! The admin server's HTTP/1.1 plumbing: one request per connection, over TCP or TLS
+//! ([`super::tls`]), deadlines on the head (the TLS handshake included) and the body, and a cap
+//! on connections. Connections are tokio tasks on the admin thread, so idle
 //! clients cost no thread; `/healthz` and the GETs are answered on it directly, uploads (read,
 //! compiled, swapped for seconds) on a small blocking pool. tiny_http, used before, answered one
 //! request at a time (a slow upload held `/healthz` for 19 s) and started a thread for every
@@ -10,11 +11,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-use tokio::time::{timeout, Instant};
+use tokio::time::{timeout, timeout_at, Instant};
+use tokio_rustls::TlsAcceptor;
 
-use super::{Reply, Request};
+use super::{tls, Reply, Request};
 
 /// Bounds on what clients may hold.
 #[derive(Clone, Copy, Debug)]
@@ -22,7 +24,8 @@ pub struct Limits {
     /// Connections served at once; past it a connection gets 503, except `/healthz`, answered
     /// if its request line arrives within [`Limits::overflow_read`].
     pub max_connections: usize,
-    /// Time to send the request line and headers.
+    /// Time from connecting to the end of the headers: the TLS handshake, the request line and
+    /// the headers.
     pub head_timeout: Duration,
     /// Time to send the whole body.
     pub body_timeout: Duration,
@@ -49,11 +52,18 @@ impl Default for Limits {
 
 const MAX_HEAD: usize = 16 * 1024;
 
-/// Serves until `stop` is set: `serve` answers a request, `healthz` the liveness probe. Returns
-/// the bound address and the server's thread.
+/// A connection's bytes: TCP, or TLS over it. Boxed: one code path for both, and an admin
+/// request is worth far more than a virtual call.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+type Stream = Box<dyn Io>;
+
+/// Serves until `stop` is set: `serve` answers a request, `healthz` the liveness probe; over TLS
+/// only when `tls` is given. Returns the bound address and the server's thread.
 pub fn start<F, H>(
     listener: TcpListener,
     limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
     stop: Arc<AtomicBool>,
     serve: F,
     healthz: H,
@@ -70,6 +80,7 @@ where
         .thread_name("admin-upload")
         .build()?;
     let (serve, healthz) = (Arc::new(serve), Arc::new(healthz));
+    let tls = tls.map(TlsAcceptor::from);
     let thread = std::thread::Builder::new()
         .name("admin".into())
         .spawn(move || {
@@ -95,16 +106,24 @@ where
                             continue;
                         }
                     };
-                    let (serve, healthz) = (serve.clone(), healthz.clone());
+                    let (serve, healthz, tls) = (serve.clone(), healthz.clone(), tls.clone());
                     match slots.clone().try_acquire_owned() {
                         Ok(slot) => {
                             tokio::spawn(async move {
-                                connection(stream, limits, serve, &*healthz).await;
+                                let deadline = Instant::now() + limits.head_timeout;
+                                if let Some(stream) = open(stream, tls.as_ref(), deadline).await {
+                                    connection(stream, deadline, limits, serve, &*healthz).await;
+                                }
                                 drop(slot);
                             });
                         }
                         Err(_) => {
-                            tokio::spawn(overflow(stream, limits, healthz));
+                            tokio::spawn(async move {
+                                let deadline = Instant::now() + limits.overflow_read;
+                                if let Some(stream) = open(stream, tls.as_ref(), deadline).await {
+                                    overflow(stream, deadline, limits, healthz).await;
+                                }
+                            });
                         }
                     }
                 }
@@ -115,10 +134,35 @@ where
     Ok((addr, thread))
 }
 
+/// The connection's bytes once it may carry a request: TCP as it is, or TLS once the handshake is
+/// done by `deadline`. `None`: nothing to serve (a plain-HTTP client is told to use HTTPS).
+async fn open(stream: TcpStream, tls: Option<&TlsAcceptor>, deadline: Instant) -> Option<Stream> {
+    let Some(acceptor) = tls else {
+        return Some(Box::new(stream));
+    };
+    match tls::accept(acceptor, stream, deadline).await {
+        Ok(stream) => Some(Box::new(stream)),
+        Err(tls::Refused::NotTls(stream)) => {
+            let reply = Reply::text(
+                400,
+                "this admin server speaks HTTPS only (admin.tls_cert): use https://\n",
+            );
+            write_reply(Box::new(stream), &reply, false).await;
+            None
+        }
+        Err(tls::Refused::Dropped) => None,
+    }
+}
+
 /// A connection past the cap: `/healthz` is answered (a liveness probe must not fail because
 /// idle clients hold every slot), anything else gets 503.
-async fn overflow<H: Fn() -> Reply>(mut stream: TcpStream, limits: Limits, healthz: Arc<H>) {
-    let reply = match timeout(limits.overflow_read, read_head(&mut stream)).await {
+async fn overflow<H: Fn() -> Reply>(
+    mut stream: Stream,
+    deadline: Instant,
+    limits: Limits,
+    healthz: Arc<H>,
+) {
+    let reply = match timeout_at(deadline, read_head(&mut stream)).await {
         Ok(Ok(head)) if head.path() == "/healthz" && head.method == "GET" => healthz(),
         _ => Reply::text(
             503,
@@ -131,12 +175,17 @@ async fn overflow<H: Fn() -> Reply>(mut stream: TcpStream, limits: Limits, healt
     write_reply(stream, &reply, false).await;
 }
 
-async fn connection<F, H>(mut stream: TcpStream, limits: Limits, serve: Arc<F>, healthz: &H)
-where
+async fn connection<F, H>(
+    mut stream: Stream,
+    deadline: Instant,
+    limits: Limits,
+    serve: Arc<F>,
+    healthz: &H,
+) where
     F: Fn(Request<'_>) -> Reply + Send + Sync + 'static,
     H: Fn() -> Reply,
 {
-    let head = match timeout(limits.head_timeout, read_head(&mut stream)).await {
+    let head = match timeout_at(deadline, read_head(&mut stream)).await {
         Ok(Ok(head)) => head,
         Ok(Err(HeadError::Bad(why))) => {
             write_reply(stream, &Reply::text(400, format!("{why}\n")), false).await;
@@ -226,7 +275,7 @@ enum HeadError {
     Bad(String),
 }
 
-async fn read_head(stream: &mut TcpStream) -> Result<Head, HeadError> {
+async fn read_head(stream: &mut Stream) -> Result<Head, HeadError> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let end = loop {
@@ -275,7 +324,7 @@ async fn read_head(stream: &mut TcpStream) -> Result<Head, HeadError> {
 
 /// Reads `length` body bytes (the first ones may already be in `start`) within `limit`.
 async fn read_body(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     start: &mut Vec<u8>,
     length: u64,
     limit: Duration,
@@ -313,7 +362,7 @@ async fn read_body(
     Ok(body)
 }
 
-async fn write_reply(mut stream: TcpStream, reply: &Reply, head_only: bool) {
+async fn write_reply(mut stream: Stream, reply: &Reply, head_only: bool) {
     let reason = match reply.status {
         200 => "OK",
         400 => "Bad Request",
@@ -363,6 +412,7 @@ mod tests {
         let (addr, _thread) = start(
             listener,
             limits,
+            None,
             stop.clone(),
             |r: Request<'_>| match r.method {
                 "PUT" => match (r.body)() {

@@ -81,7 +81,7 @@ pub(crate) fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {
         let server = cojoin::admin::AdminServer::start(
             &admin_config,
             host.admin_state(
-                admin_config.token.clone(),
+                admin_config.token.as_ref().map(|t| t.expose().to_owned()),
                 watched.is_dir().then(|| watched.clone()),
             ),
         )?;

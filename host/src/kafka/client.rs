@@ -5,7 +5,7 @@
 
 use rdkafka::config::ClientConfig;
 
-use crate::config::KafkaConfig;
+use crate::config::{Compression, KafkaConfig};
 use crate::kafka::protocol::Protocol;
 
 /// librdkafka properties only a consumer reads (scope `C`, global and topic).
@@ -140,12 +140,20 @@ pub fn consumer(kafka: &KafkaConfig, protocol: Protocol, prefetch_bytes: u64) ->
     c
 }
 
-/// The producer of outputs and dead letters: idempotent, then the producer's `kafka.options`.
-pub fn producer(kafka: &KafkaConfig) -> ClientConfig {
+/// The producer of outputs, dead letters and the repartition step's internal topics: idempotent,
+/// batches compressed with `compression` (`output.compression`), then the producer's
+/// `kafka.options`.
+pub fn producer(kafka: &KafkaConfig, compression: Compression) -> ClientConfig {
     let mut c = base(kafka);
-    c.set("enable.idempotence", "true");
+    c.set("enable.idempotence", "true")
+        .set("compression.type", compression.as_str());
     for (k, v) in &kafka.options {
         if scope(k) == Scope::Producer {
+            // `compression.codec` is librdkafka's alias of `compression.type`: with both in the
+            // config, which one it applies last depends on the map's order.
+            if k == "compression.codec" {
+                c.remove("compression.type");
+            }
             c.set(k, v);
         }
     }
@@ -237,12 +245,10 @@ mod tests {
                 ("security.protocol", "ssl"),
                 ("fetch.queue.backoff.ms", "100"),
             ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect(),
+            .into(),
         };
         let c = consumer(&kafka, Protocol::Classic, 16 << 20);
-        let p = producer(&kafka);
+        let p = producer(&kafka, Compression::None);
         assert_eq!(c.get("session.timeout.ms"), Some("6000"));
         assert_eq!(p.get("session.timeout.ms"), None);
         assert_eq!(p.get("linger.ms"), Some("5"));
@@ -263,6 +269,60 @@ mod tests {
             "a reader joins no group"
         );
         assert_eq!(reader.get("fetch.queue.backoff.ms"), Some("100"));
+    }
+
+    #[test]
+    fn the_producer_compresses_with_output_compression_unless_kafka_options_say_otherwise() {
+        fn with_options<const N: usize>(options: [(&str, &str); N]) -> KafkaConfig {
+            KafkaConfig {
+                bootstrap_servers: "b:9092".into(),
+                group_id: "g".into(),
+                instance_id: None,
+                group_protocol: Default::default(),
+                options: options.into(),
+            }
+        }
+        let plain = with_options([]);
+        assert_eq!(
+            producer(&plain, Compression::None).get("compression.type"),
+            Some("none")
+        );
+        assert_eq!(
+            producer(&plain, Compression::Zstd).get("compression.type"),
+            Some("zstd")
+        );
+        let consumer = consumer(&plain, Protocol::Classic, 16 << 20);
+        assert_eq!(
+            consumer.get("compression.type"),
+            None,
+            "a consumer reads any codec"
+        );
+
+        let user = with_options([("compression.type", "gzip")]);
+        assert_eq!(
+            producer(&user, Compression::Zstd).get("compression.type"),
+            Some("gzip"),
+            "the user's option wins"
+        );
+        let alias = with_options([("compression.codec", "lz4")]);
+        let p = producer(&alias, Compression::Zstd);
+        assert_eq!(
+            (p.get("compression.codec"), p.get("compression.type")),
+            (Some("lz4"), None),
+            "the user's alias wins, not cojoin's setting under the other name"
+        );
+        // librdkafka takes each name and value (the zstd and lz4 codecs are built in).
+        for codec in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            producer(&plain, codec)
+                .create::<rdkafka::producer::BaseProducer>()
+                .unwrap_or_else(|e| panic!("{codec:?}: {e}"));
+        }
     }
 
     #[test]

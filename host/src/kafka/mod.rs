@@ -8,11 +8,14 @@
 
 pub mod acks;
 pub mod assignment;
+pub mod authz;
 pub mod client;
+pub mod describe;
 pub mod pairing;
 pub mod partitioner;
 pub mod protocol;
 pub mod repartitioner;
 pub mod sink;
 pub mod source;
+pub mod tls;
 pub mod transaction;

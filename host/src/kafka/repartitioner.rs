@@ -1,8 +1,8 @@
 //! The repartition step ([`crate::repartition`] decides which sides): a consumer of the source
 //! topics in its own group, `<group>-repartition`, and a producer writing each record re-keyed to
 //! its side's internal topic, partitioned by murmur2 of the new key, with the record's timestamp,
-//! value and headers. It runs on its own thread beside the join in every host, so it scales out
-//! with the hosts like the join does.
+//! value and headers (in batches compressed as `output.compression` says). It runs on its own
+//! thread beside the join in every host, so it scales out with the hosts like the join does.
 //!
 //! Order: librdkafka hands out a fetch partition after partition, so written as read, an internal
 //! partition would get one source partition's hour and then another's same hour, whose records
@@ -98,7 +98,7 @@ impl Repartitioner {
             .subscribe(&sources)
             .context("subscribing the repartition consumer")?;
         let failures = Arc::new(Failures::default());
-        let mut producer_config = client::producer(&config.kafka);
+        let mut producer_config = client::producer(&config.kafka, config.output.compression);
         producer_config.set("linger.ms", "5");
         if config.output.guarantee == Guarantee::ExactlyOnce {
             let group = format!("{}-repartition", config.kafka.group_id);
@@ -221,12 +221,12 @@ fn create_internal_topics(config: &Config, plan: &Plan) -> Result<()> {
 
 /// A client for metadata only, in a group of its own: never a member of the join's group.
 fn metadata_reader(config: &Config) -> Result<BaseConsumer> {
-    client::reader(
-        &config.kafka,
-        &format!("{}-repartition-metadata", config.kafka.group_id),
-    )
-    .create()
-    .context("creating a metadata reader")
+    // No group.id: a consumer with one looks its coordinator up at once, and a principal without
+    // an ACL on that group gets an authorisation error logged for nothing.
+    client::reader(&config.kafka, "")
+        .remove("group.id")
+        .create()
+        .context("creating a metadata reader")
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {

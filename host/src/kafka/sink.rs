@@ -74,6 +74,9 @@ enum Verdict {
     Refused,
     /// The producer cannot go on (an idempotence fatal error): the host stops without committing.
     Fatal,
+    /// Not allowed by the broker's ACLs: on a topic the config names the host stops (see
+    /// [`Sink::unauthorized`]); on a topic a plugin named, that output is refused.
+    Unauthorized,
     /// Anything else (timeouts, a broker away) is sent again.
     Transient,
 }
@@ -92,10 +95,10 @@ fn verdict(e: &KafkaError) -> Verdict {
             | C::UnknownTopicOrPartition
             | C::UnknownPartition
             | C::InvalidTopic
-            | C::TopicAuthorizationFailed
             | C::PolicyViolation
             | C::InvalidArgument,
         ) => Verdict::Refused,
+        Some(C::TopicAuthorizationFailed) => Verdict::Unauthorized,
         Some(C::Fatal) => Verdict::Fatal,
         _ => Verdict::Transient,
     }
@@ -192,6 +195,8 @@ pub struct Sink {
     dead_letter_topic: Option<String>,
     topics: KnownTopics,
     metrics: Arc<Metrics>,
+    /// Who the broker sees this host as, for an authorisation error's message.
+    principal: String,
 }
 
 impl Sink {
@@ -230,6 +235,7 @@ impl Sink {
             dead_letter_topic: dead_letter_topic.map(str::to_owned),
             topics: KnownTopics::default(),
             metrics,
+            principal: "<this host's principal>".to_owned(),
         })
     }
 
@@ -247,6 +253,45 @@ impl Sink {
             }
         }
         Ok(())
+    }
+
+    /// Who the broker sees this host as ([`crate::acl::principal`]), named when it refuses a write.
+    pub fn set_principal(&mut self, principal: String) {
+        self.principal = principal;
+    }
+
+    /// An authorisation error writing a topic the config names (outputs, dead letters) is the
+    /// operator's to fix, not the record's: dead-lettering every output would lose none but
+    /// bury the join in dead letters, and an exactly-once replay would abort for ever. The host
+    /// stops without committing, naming the missing ACL. On a topic a plugin named (allowed by
+    /// output.allowed_topics or by default), it is that output's refusal: `None`.
+    fn unauthorized(
+        &self,
+        batches: &[(i32, Batch)],
+        origin: Origin,
+        e: &KafkaError,
+    ) -> Option<anyhow::Error> {
+        if verdict(e) != Verdict::Unauthorized {
+            return None;
+        }
+        let (topic, why) = match &batches[origin.batch].1.emits[origin.emit] {
+            Emit::Output { record, .. } => {
+                let topic = record.topic.as_deref().unwrap_or(&self.output_topic);
+                (topic == self.output_topic).then_some(())?;
+                (topic, "outputs")
+            }
+            Emit::DeadLetter(_) => (self.dead_letter_topic.as_deref()?, "dead letters"),
+        };
+        let permission = crate::acl::Permission {
+            resource: crate::acl::Resource::Topic(topic.to_owned()),
+            operation: crate::acl::Operation::Write,
+            unless_exists: false,
+            why,
+        };
+        Some(anyhow::anyhow!(
+            "{} (the broker refused a write: {e}); stopping without committing (a restart replays the uncommitted records once it is granted)",
+            permission.missing_message(&self.principal)
+        ))
     }
 
     /// Exactly-once: the transactions this sink produces in (the source commits them).
@@ -297,11 +342,18 @@ impl Sink {
                     Ok(()) => {}
                     Err(e) => match e {
                         SendError::Refused(why) => refused.push((*origin, why)),
-                        SendError::Kafka(e) => match verdict(&e) {
-                            Verdict::Refused => refused.push((*origin, e.to_string())),
-                            Verdict::Fatal => bail!("the producer failed for good: {e}; stopping without committing (a restart replays the uncommitted records)"),
-                            Verdict::Transient => resend.push(*origin),
-                        },
+                        SendError::Kafka(e) => {
+                            if let Some(stop) = self.unauthorized(batches, *origin, &e) {
+                                return Err(stop);
+                            }
+                            match verdict(&e) {
+                                Verdict::Refused | Verdict::Unauthorized => {
+                                    refused.push((*origin, e.to_string()))
+                                }
+                                Verdict::Fatal => bail!("the producer failed for good: {e}; stopping without committing (a restart replays the uncommitted records)"),
+                                Verdict::Transient => resend.push(*origin),
+                            }
+                        }
                     },
                 }
             }
@@ -314,13 +366,18 @@ impl Sink {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner()),
             );
+            for (i, e) in &failed {
+                if let Some(stop) = self.unauthorized(batches, sent[*i], e) {
+                    return Err(stop);
+                }
+            }
             if let (Some(txn), Some((_, e))) = (&self.transactions, failed.first()) {
                 // The replay will make the same outputs: one the broker refused for good is
                 // remembered, and refused before it is sent again (its inputs dead-lettered), or
                 // every replay would abort again.
                 for (i, e) in &failed {
                     let origin = sent[*i];
-                    if verdict(e) != Verdict::Refused {
+                    if !matches!(verdict(e), Verdict::Refused | Verdict::Unauthorized) {
                         continue;
                     }
                     if let Emit::Output { record, inputs } =
@@ -341,7 +398,7 @@ impl Sink {
             for (i, e) in failed {
                 let origin = sent[i];
                 match verdict(&e) {
-                    Verdict::Refused => refused.push((origin, e.to_string())),
+                    Verdict::Refused | Verdict::Unauthorized => refused.push((origin, e.to_string())),
                     Verdict::Fatal => bail!("the producer failed for good: {e}; stopping without committing (a restart replays the uncommitted records)"),
                     Verdict::Transient => {
                         Happened::DeliveryRetried { error: &e }.emit(&self.metrics);

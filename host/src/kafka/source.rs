@@ -211,6 +211,9 @@ pub struct Source {
     /// not paused restarts its fetch from a stale position: so pauses are tracked here, a task
     /// starting on a partition paused earlier seeks and resumes it, and only paused ones resume.
     paused: Mutex<HashSet<(Side, i32)>>,
+    /// The consumer group, and who the broker sees this host as: named when the broker refuses.
+    group: String,
+    principal: String,
 }
 
 impl Source {
@@ -240,7 +243,46 @@ impl Source {
             topics,
             transactions,
             paused: Mutex::default(),
+            group: config.get("group.id").unwrap_or_default().to_owned(),
+            principal: "<this host's principal>".to_owned(),
         })
+    }
+
+    /// Who the broker sees this host as ([`crate::acl::principal`]), named when it refuses a read.
+    pub fn set_principal(&mut self, principal: String) {
+        self.principal = principal;
+    }
+
+    /// An authorisation error of the consumer (an ACL removed while running): retrying would
+    /// only repeat it, and the group would move the tasks away meanwhile. The host stops, naming
+    /// the permission; what it processed and did not commit is replayed once it is granted.
+    fn unauthorized(&self, e: &rdkafka::error::KafkaError) -> Option<anyhow::Error> {
+        use crate::acl::{Operation, Permission, Resource};
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let missing: Vec<String> = match e.rdkafka_error_code()? {
+            C::TopicAuthorizationFailed => self
+                .topics
+                .iter()
+                .map(|t| Resource::Topic(t.to_string()))
+                .collect(),
+            C::GroupAuthorizationFailed => vec![Resource::Group(self.group.clone())],
+            _ => return None,
+        }
+        .into_iter()
+        .map(|resource| {
+            Permission {
+                resource,
+                operation: Operation::Read,
+                unless_exists: false,
+                why: "the join reads it",
+            }
+            .missing_message(&self.principal)
+        })
+        .collect();
+        Some(anyhow::anyhow!(
+            "the broker refused this host's consumer ({e}): {}; stopping without committing",
+            missing.join(", or ")
+        ))
     }
 
     /// Joins the group.
@@ -280,7 +322,10 @@ impl Source {
             }
             Some(Err(e)) => {
                 Happened::ConsumerError { error: &e }.emit(&self.metrics);
-                Ok(None)
+                match self.unauthorized(&e) {
+                    Some(stop) => Err(stop),
+                    None => Ok(None),
+                }
             }
         }
     }

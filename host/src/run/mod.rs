@@ -37,7 +37,7 @@ use crate::kafka::repartitioner::{self, Repartitioner};
 use crate::kafka::sink::{Acknowledged, Delivered, Sink};
 use crate::kafka::source::{Record, Source};
 use crate::kafka::transaction::{self, Outcome};
-use crate::kafka::{assignment, client};
+use crate::kafka::{assignment, authz, client};
 use crate::metrics::{Metrics, TaskGauges};
 use crate::plugin::PluginRegistry;
 use crate::repartition;
@@ -153,6 +153,12 @@ impl Host {
     /// Runs until `shutdown` is set; then finishes the round, commits and leaves the group.
     pub fn run(&self, shutdown: &AtomicBool) -> Result<()> {
         let cfg = &self.config;
+        // A side re-keyed into an internal topic is read from there (crate::repartition).
+        let source_counts = repartitioner::partition_counts(cfg)?;
+        let [left_count, right_count] = source_counts;
+        let plan = repartition::plan(&cfg.join, &cfg.kafka.group_id, left_count, right_count);
+        // Before anything joins, creates or writes: a missing ACL stops the host here, named.
+        authz::require(cfg, &plan, &self.metrics)?;
         let (protocol, why) =
             protocol::choose(cfg.kafka.group_protocol, &cfg.kafka.options, || {
                 protocol::broker_protocols(&client::base(&cfg.kafka))
@@ -162,10 +168,6 @@ impl Host {
             why: &why,
         }
         .emit(&self.metrics);
-        // A side re-keyed into an internal topic is read from there (crate::repartition).
-        let source_counts = repartitioner::partition_counts(cfg)?;
-        let [left_count, right_count] = source_counts;
-        let plan = repartition::plan(&cfg.join, &cfg.kafka.group_id, left_count, right_count);
         let _repartitioner = if plan.sides.is_empty() {
             None
         } else {
@@ -176,18 +178,24 @@ impl Host {
                 self.metrics.clone(),
             )?)
         };
+        if !plan.sides.is_empty() {
+            // The internal topics exist now: what the broker could not tell before they did
+            // (Write, Read, Delete on them) is asked again.
+            authz::require(cfg, &plan, &self.metrics)?;
+        }
         let (left, right) = (plan.join_topics[0].as_str(), plan.join_topics[1].as_str());
         let transactional_id = (cfg.output.guarantee == Guarantee::ExactlyOnce).then(|| {
             transaction::transactional_id(&cfg.kafka.group_id, cfg.kafka.instance_id.as_deref())
         });
         let mut sink = Sink::new(
-            &client::producer(&cfg.kafka),
+            &client::producer(&cfg.kafka, cfg.output.compression),
             &cfg.output.topic,
             cfg.output.dead_letter_topic.as_deref(),
             self.metrics.clone(),
             transactional_id.as_deref(),
         )?;
-        let source = Source::new(
+        sink.set_principal(crate::acl::principal(cfg));
+        let mut source = Source::new(
             &client::consumer(
                 &cfg.kafka,
                 protocol,
@@ -198,6 +206,7 @@ impl Host {
             self.metrics.clone(),
             sink.transactions(),
         )?;
+        source.set_principal(crate::acl::principal(cfg));
         let counts = plan.join_counts(source_counts);
         assignment::check_counts(left, counts[0], right, counts[1])?;
         sink.verify_topics()?;
