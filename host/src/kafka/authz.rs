@@ -43,6 +43,19 @@ pub fn probe(config: &Config, permissions: &[Permission]) -> Result<Vec<(Permiss
         .build()
         .context("starting a runtime for the admin requests")?;
 
+    // DescribeTopics goes to the controller; a broker that names none in its metadata
+    // (librdkafka's mock cluster) would hold the request for its whole timeout.
+    admin
+        .inner()
+        .fetch_metadata(None, TIMEOUT)
+        .context("reading the cluster metadata")?;
+    // SAFETY: the handle is live for the call (borrowed from `admin`); 0: no wait, the metadata
+    // just read says it.
+    let controller =
+        unsafe { rdkafka::bindings::rd_kafka_controllerid(admin.inner().native_ptr(), 0) };
+    if controller < 0 {
+        anyhow::bail!("the broker names no controller, so it cannot describe topics");
+    }
     let topics: BTreeSet<&str> = permissions
         .iter()
         .filter_map(|p| match &p.resource {
