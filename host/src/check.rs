@@ -79,10 +79,10 @@ fn describe(p: &[Partitioner]) -> &'static str {
 pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let (left, right) = (config.join.left.as_str(), config.join.right.as_str());
-    // No group.id: it assigns partitions itself, and a consumer with a group looks its
-    // coordinator up, which a principal without an ACL on that group sees as an error.
-    let mut client = crate::kafka::client::reader(&config.kafka, "");
-    client.remove("group.id");
+    // A group of its own that it never joins (librdkafka's assign needs one); a principal with no
+    // ACL on it sees one GroupAuthorizationFailed logged by librdkafka, and nothing fails.
+    let client =
+        crate::kafka::client::reader(&config.kafka, &format!("{}-check", config.kafka.group_id));
     let consumer: BaseConsumer = client.create().context("creating a Kafka client")?;
     let metadata = consumer.fetch_metadata(None, TIMEOUT).with_context(|| {
         format!(

@@ -185,6 +185,34 @@ fn assert_secret_absent(secret: &str, outputs: &[(String, String)]) {
     }
 }
 
+/// `n` hosts with `config`; the first half of the orders; host-0 killed -9 once 50 outputs are
+/// out; the second half (host-0 restarted then when `restart`); windows closed. The hosts.
+fn kill_mid_stream(
+    dir: &std::path::Path,
+    kafka: &Kafka,
+    n: usize,
+    config: &str,
+    restart: bool,
+) -> Vec<HostProcess> {
+    let mut hosts = start_hosts_with(dir, n, config);
+    wait_for_stable_group(
+        &hosts.iter().collect::<Vec<_>>(),
+        PARTITIONS,
+        Duration::from_secs(90),
+    );
+    let producer = kafka.producer("murmur2_random");
+    kafka.produce(&producer, &stream::orders(0, ORDERS / 2), None);
+    let mut reader = kafka.reader("orders-paid", 1);
+    reader.read_until("first outputs", Duration::from_secs(60), |r| r.len() >= 50);
+    hosts[0].kill9();
+    kafka.produce(&producer, &stream::orders(ORDERS / 2, ORDERS), None);
+    if restart {
+        hosts[0].restart(dir);
+    }
+    close_windows(kafka, &producer);
+    hosts
+}
+
 #[test]
 fn scram_three_hosts_and_a_kill_lose_nothing_with_only_the_documented_acls_and_leak_no_secret() {
     let _serial = serial();
@@ -227,19 +255,7 @@ fn scram_three_hosts_and_a_kill_lose_nothing_with_only_the_documented_acls_and_l
         "{check_out}"
     );
 
-    let mut hosts = start_hosts_with(&dir, 3, &config);
-    wait_for_stable_group(
-        &hosts.iter().collect::<Vec<_>>(),
-        PARTITIONS,
-        Duration::from_secs(90),
-    );
-    let producer = kafka.producer("murmur2_random");
-    kafka.produce(&producer, &stream::orders(0, ORDERS / 2), None);
-    let mut reader = kafka.reader("orders-paid", 1);
-    reader.read_until("first outputs", Duration::from_secs(60), |r| r.len() >= 50);
-    hosts[0].kill9();
-    kafka.produce(&producer, &stream::orders(ORDERS / 2, ORDERS), None);
-    close_windows(&kafka, &producer);
+    let hosts = kill_mid_stream(&dir, &kafka, 3, &config, false);
     let t = tally(&kafka, ORDERS, "orders-paid");
     eprintln!(
         "matches {}, expiries {}, duplicates {}",
@@ -283,20 +299,7 @@ fn exactly_once_on_the_secured_broker_repeats_nothing_after_a_kill() {
         "classic",
         "guarantee = \"exactly-once\"",
     );
-    let mut hosts = start_hosts_with(&dir, 2, &config);
-    wait_for_stable_group(
-        &hosts.iter().collect::<Vec<_>>(),
-        PARTITIONS,
-        Duration::from_secs(90),
-    );
-    let producer = kafka.producer("murmur2_random");
-    kafka.produce(&producer, &stream::orders(0, ORDERS / 2), None);
-    let mut reader = kafka.reader("orders-paid", 1);
-    reader.read_until("first outputs", Duration::from_secs(60), |r| r.len() >= 50);
-    hosts[0].kill9();
-    kafka.produce(&producer, &stream::orders(ORDERS / 2, ORDERS), None);
-    hosts[0].restart(&dir);
-    close_windows(&kafka, &producer);
+    kill_mid_stream(&dir, &kafka, 2, &config, true);
     // The reader is librdkafka's: read_committed.
     let t = tally(&kafka, ORDERS, "orders-paid");
     eprintln!(
