@@ -66,7 +66,8 @@ bind = "127.0.0.1:0"
 /// Partitions held of the left and the right topic.
 type Held = (Vec<i32>, Vec<i32>);
 
-/// One `cojoin run` process.
+/// One `cojoin run` process; dropping it kills the process.
+#[must_use = "dropping a HostProcess kills it"]
 pub struct HostProcess {
     pub name: String,
     config: PathBuf,

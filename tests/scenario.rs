@@ -85,6 +85,7 @@ pub fn start_hosts(
 }
 
 /// `n` hosts, host-0 to host-{n-1}, all with `config`.
+#[must_use = "dropping the hosts kills them"]
 pub fn start_hosts_with(dir: &std::path::Path, n: usize, config: &str) -> Vec<HostProcess> {
     (0..n)
         .map(|i| HostProcess::start(dir, &format!("host-{i}"), config))
