@@ -147,6 +147,13 @@ impl HostProcess {
         self.spawn(dir);
     }
 
+    /// Whether the process is still running (it has not exited on its own).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
     /// Waits for the process to exit on its own; its exit status and log text.
     pub fn wait_exit(&mut self, timeout: Duration) -> (std::process::ExitStatus, String) {
         let child = self.child.as_mut().expect("host running");

@@ -453,10 +453,11 @@ pub struct PluginConfig {
     /// After a failed call: `dead-letter` or `halt`. Default: `dead-letter`.
     #[serde(default)]
     pub failure: FailurePolicy,
-    /// Attempts after the first failed one. Default: 2.
+    /// Attempts after the first failed one, at most [`MAX_RETRIES`]. Default: 2.
     #[serde(default = "default_retries")]
     pub retries: u32,
-    /// Wait before the first retry; doubles each time. Default: `"100ms"`.
+    /// Wait before the first retry; doubles each time, up to [`crate::task::MAX_BACKOFF`] (30 s).
+    /// The task waits off its worker. Default: `"100ms"`.
     #[serde(default = "default_backoff", with = "duration")]
     pub backoff: Duration,
     /// Passed to the plugin's `init`. Default: empty.
@@ -478,7 +479,22 @@ impl PluginConfig {
         self.workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
+
+    /// The longest one record may be held by a call that keeps failing before its inputs are
+    /// dead-lettered (or its task halts): every backoff, plus every attempt taking its deadline.
+    pub fn worst_case_per_record(&self) -> Duration {
+        let backoffs = (1..=self.retries)
+            .map(|retry| crate::task::backoff_before(self.backoff, retry))
+            .fold(Duration::ZERO, Duration::saturating_add);
+        backoffs.saturating_add(self.deadline.saturating_mul(self.retries.saturating_add(1)))
+    }
 }
+
+/// The most retries of a failed call `plugin.retries` may ask for.
+pub const MAX_RETRIES: u32 = 100;
+
+/// librdkafka's default `max.poll.interval.ms`.
+const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(300);
 
 fn default_deadline() -> Duration {
     Duration::from_millis(500)
@@ -617,6 +633,15 @@ impl Config {
         })
     }
 
+    /// `max.poll.interval.ms` as `kafka.options` sets it, or librdkafka's default.
+    fn max_poll_interval(&self) -> Duration {
+        self.kafka
+            .options
+            .get("max.poll.interval.ms")
+            .and_then(|ms| ms.trim().parse().ok())
+            .map_or(DEFAULT_MAX_POLL_INTERVAL, Duration::from_millis)
+    }
+
     /// Parses and validates.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
@@ -706,6 +731,14 @@ impl Config {
                 "give the internal topics' partition count, e.g. 6, or leave it out",
             );
         }
+        // 100000 was taken: as many internal partitions on the broker, and as many tasks.
+        if let Some(n) = self.join.partitions.filter(|n| *n > MAX_PARTITIONS) {
+            return invalid(
+                "join.partitions",
+                &format!("is {n}, more than {MAX_PARTITIONS} (each is a partition of every internal topic on the broker and a task on some host)"),
+                "give the internal topics' partition count, e.g. the input topics' count, or leave it out",
+            );
+        }
         if self.join.window.is_zero() {
             return invalid(
                 "join.window",
@@ -744,6 +777,43 @@ impl Config {
                 "plugin.deadline",
                 "is zero",
                 "give a per-call deadline, e.g. \"500ms\"",
+            );
+        }
+        if self.plugin.retries > MAX_RETRIES {
+            return invalid(
+                "plugin.retries",
+                &format!(
+                    "is {}, more than {MAX_RETRIES} (a failed call is made again that many times before its inputs are dead-lettered)",
+                    self.plugin.retries
+                ),
+                "give at most 100 retries, e.g. 2",
+            );
+        }
+        if self.plugin.backoff > crate::task::MAX_BACKOFF {
+            return invalid(
+                "plugin.backoff",
+                &format!(
+                    "is {:?}, more than the {:?} a retry waits at most (the backoff doubles up to that)",
+                    self.plugin.backoff,
+                    crate::task::MAX_BACKOFF
+                ),
+                "give the wait before the first retry, at most \"30s\", e.g. \"100ms\"",
+            );
+        }
+        let worst = self.plugin.worst_case_per_record();
+        let max_poll = self.max_poll_interval();
+        if worst > max_poll {
+            return invalid(
+                "plugin.retries",
+                &format!(
+                    "is {} with plugin.backoff = {:?} and plugin.deadline = {:?}: one record may be held {worst:?} (the backoffs, doubling up to {:?}, plus {} calls of up to the deadline) before its inputs are dead-lettered, longer than max.poll.interval.ms ({max_poll:?}), Kafka's bound on how long a consumer may take over a record it polled. The task waits off its worker (the other tasks go on), but its partitions commit nothing past that record meanwhile",
+                    self.plugin.retries,
+                    self.plugin.backoff,
+                    self.plugin.deadline,
+                    crate::task::MAX_BACKOFF,
+                    u64::from(self.plugin.retries) + 1,
+                ),
+                "lower plugin.retries, plugin.backoff or plugin.deadline (or raise max.poll.interval.ms in kafka.options)",
             );
         }
         if self.output.topic.trim().is_empty() {
@@ -896,6 +966,9 @@ mod byte_size {
 }
 
 /// Durations as text: `"250ms"`, `"30s"`, `"5m"`, `"2h"`, or combinations such as `"1m30s"`.
+/// The most internal partitions `join.partitions` may ask for.
+const MAX_PARTITIONS: usize = 10_000;
+
 mod duration {
     use std::time::Duration;
 
@@ -930,11 +1003,22 @@ mod duration {
                 "d" => 86_400_000,
                 _ => return Err(bad()),
             };
-            total += Duration::from_millis(n.checked_mul(ms).ok_or_else(bad)?);
+            // Checked: a sum of many huge parts overflowed and panicked `check`.
+            total = n
+                .checked_mul(ms)
+                .and_then(|ms| total.checked_add(Duration::from_millis(ms)))
+                .filter(|t| *t <= MAX)
+                .ok_or_else(|| {
+                    format!("{text:?} is longer than 100 years, the longest duration taken: write a shorter one")
+                })?;
             rest = &rest[unit_len..];
         }
         Ok(total)
     }
+
+    /// The longest duration any setting takes: event times are milliseconds in an `i64`, and a
+    /// window or grace longer than this means "for ever" in practice.
+    const MAX: Duration = Duration::from_secs(100 * 365 * 86_400);
 
     #[cfg(test)]
     #[test]
@@ -944,6 +1028,13 @@ mod duration {
         assert!(parse("5 minutes").is_err());
         assert!(parse("10").is_err());
         assert!(parse("").is_err());
+        // 1100 parts of u64::MAX milliseconds: an overflow panicked check (exit 101).
+        let huge = "18446744073709551615ms".repeat(1100);
+        assert!(parse(&huge).unwrap_err().contains("longer than 100 years"));
+        assert!(parse("36501d")
+            .unwrap_err()
+            .contains("longer than 100 years"));
+        assert_eq!(parse("36500d"), Ok(Duration::from_secs(36_500 * 86_400)));
     }
 }
 
@@ -1170,6 +1261,80 @@ mod tests {
             "{err}"
         );
         assert_eq!(Config::parse(&with("3")).unwrap().plugin.workers(), 3);
+    }
+
+    #[test]
+    fn retries_and_backoff_past_their_bounds_or_holding_a_record_too_long_are_refused() {
+        let with = |plugin: &str| {
+            MINIMAL.replace("path = \"p.wasm\"", &format!("path = \"p.wasm\"\n{plugin}"))
+        };
+        // The defaults: 100 ms + 200 ms of backoff, three calls of up to 500 ms.
+        let c = Config::parse(MINIMAL).unwrap();
+        assert_eq!(
+            c.plugin.worst_case_per_record(),
+            Duration::from_millis(1_800)
+        );
+        // The settings: 1+2+4+8+16 s and six calls. No longer a stall of the host (the
+        // task waits off its worker), and under max.poll.interval.ms: taken.
+        let c = Config::parse(&with("retries = 5\nbackoff = \"1s\"")).unwrap();
+        assert_eq!(c.plugin.worst_case_per_record(), Duration::from_secs(34));
+
+        let err = Config::parse(&with("retries = 101\nbackoff = \"1ms\""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`plugin.retries`")
+                && err.contains("more than 100")
+                && err.contains("at most 100"),
+            "{err}"
+        );
+        let err = Config::parse(&with("backoff = \"31s\""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`plugin.backoff`")
+                && err.contains("30s")
+                && err.contains("at most \"30s\""),
+            "{err}"
+        );
+        // 1+2+4+8+16 s, then 30 s (the cap) 15 times: 481 s, past the 300 s default.
+        let twenty = with("retries = 20\nbackoff = \"1s\"");
+        let err = Config::parse(&twenty).unwrap_err().to_string();
+        assert!(
+            err.contains("`plugin.retries`")
+                && err.contains("max.poll.interval.ms (300s)")
+                && err.contains("lower plugin.retries, plugin.backoff or plugin.deadline"),
+            "{err}"
+        );
+        // Kafka told to allow longer: taken.
+        let longer = twenty.replace(
+            "group_id = \"g\"",
+            "group_id = \"g\"\n[kafka.options]\n\"max.poll.interval.ms\" = \"600000\"",
+        );
+        let c = Config::parse(&longer).unwrap();
+        assert_eq!(
+            c.plugin.worst_case_per_record(),
+            Duration::from_millis(481_000 + 21 * 500)
+        );
+    }
+
+    #[test]
+    fn join_partitions_past_the_bound_is_refused_by_name() {
+        let with = |n: &str| {
+            MINIMAL.replace(
+                "window = \"5m\"",
+                &format!("window = \"5m\"\npartitions = {n}"),
+            )
+        };
+        let err = Config::parse(&with("100000")).unwrap_err().to_string();
+        assert!(
+            err.contains("join.partitions") && err.contains("more than 10000"),
+            "{err}"
+        );
+        assert_eq!(
+            Config::parse(&with("64")).unwrap().join.partitions,
+            Some(64)
+        );
     }
 
     #[test]

@@ -281,12 +281,12 @@ impl Collector for Scrape {
             ),
             (
                 "cojoin_commits",
-                "Offset commits the broker accepted (every second, on revoke and when leaving).",
+                "Offset commits the broker accepted (every second, on revoke and when leaving); under exactly-once, the transactions committed (they carry the offsets).",
                 s.commits,
             ),
             (
                 "cojoin_commit_failures",
-                "Offset commits that failed (the next one retries; a restart would replay more).",
+                "Offset commits that failed (the next one retries; a restart would replay more); under exactly-once, the transactions aborted.",
                 s.commit_failures,
             ),
             ("cojoin_plugin_swaps", "Plugin versions swapped in.", s.swaps),
@@ -597,6 +597,31 @@ mod tests {
             );
         }
         assert!(!text.contains("side=\"right\""), "unknown lag is left out");
+    }
+
+    #[test]
+    fn the_readme_lists_every_metric_family_the_host_exports() {
+        let readme = include_str!("../../README.md");
+        let page = render(&Snapshot::default());
+        let missing: Vec<&str> = page
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|family| {
+                // Listed as the family or as its counter (`_total`); labels may follow.
+                ![
+                    format!("`{family}`"),
+                    format!("`{family}{{"),
+                    format!("`{family}_total"),
+                ]
+                .iter()
+                .any(|spelled| readme.contains(spelled.as_str()))
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "README's /metrics list lacks {missing:?}"
+        );
     }
 
     #[test]

@@ -91,8 +91,10 @@ pub fn replay(
         // once rather than wait for records that will never come.
         let mut now = 0;
         task.set_wall_clock(wall_clock);
-        while task.buffered() > 0 && task.halted().is_none() {
-            let batch: Batch = task.run(now, action, &mut std::thread::sleep);
+        while (task.buffered() > 0 || task.parked_until().is_some()) && task.halted().is_none() {
+            // A failed call waiting for its retry: the replay's clock moves to it at once.
+            now = now.max(task.parked_until().unwrap_or(now));
+            let batch: Batch = task.run(now, action);
             result.emits.extend(batch.emits.iter().cloned());
             task.acknowledge(batch);
             now += policy.max_idle_ms + 1;

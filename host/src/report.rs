@@ -256,14 +256,20 @@ impl Happened<'_> {
                     "commit failed (the next one retries; a restart would replay more): {error}");
             }
             TransactionCommitted { took, on_revoke } => {
+                // A transaction commits the input offsets too: it is the commit under
+                // exactly-once, counted in cojoin_commits_total as in at-least-once.
                 metrics.update(|m| {
+                    m.commits += 1;
                     m.transactions_committed += 1;
                     m.transaction_commit_seconds += took.as_secs_f64();
                 });
                 tracing::debug!(target: "cojoin::report", took_ms = took.as_millis() as u64, on_revoke, "transaction committed");
             }
             TransactionAborted { why } => {
-                metrics.update(|m| m.transactions_aborted += 1);
+                metrics.update(|m| {
+                    m.commit_failures += 1;
+                    m.transactions_aborted += 1;
+                });
                 tracing::warn!(target: "cojoin::report", "transaction aborted, its outputs discarded; every task replays from its last commit: {why}");
             }
             ConsumerError { error } => {

@@ -25,6 +25,9 @@ pub fn task_policy(config: &Config) -> TaskPolicy {
         backoff: config.plugin.backoff,
         outputs: crate::task::OutputTopics {
             inputs: [config.join.left.clone(), config.join.right.clone()],
+            internal: [&config.join.left, &config.join.right]
+                .map(|t| crate::repartition::internal_topic(&config.kafka.group_id, t))
+                .to_vec(),
             allowed: config.output.allowed_topics.clone(),
         },
     }

@@ -840,6 +840,12 @@ fn exactly_once_commits_transactions_and_an_aborted_one_is_replayed_without_loss
         Some(0),
         "{committed}"
     );
+    // A committed transaction is the commit of exactly-once: counted as one in both modes.
+    assert!(
+        sample(&committed, "cojoin_commits_total")
+            >= sample(&committed, "cojoin_transactions_committed_total"),
+        "{committed}"
+    );
 
     cluster.request_errors(
         RDKafkaApiKey::TxnOffsetCommit,

@@ -215,13 +215,94 @@ fn refused_outputs_and_endless_sleeps_are_dead_lettered_and_the_host_goes_on() {
 /// Under exactly-once, an output the broker refuses dooms its transaction: it is aborted, and the
 /// replay dead-letters that output's inputs instead of sending it again (else every replay would
 /// abort again; refused outputs that fell in two rounds abort two transactions). A read_committed reader sees the other outputs once and the dead letters once.
+/// A key over the broker's 1 MB limit: its output is refused, its dead letter is refused, and so is
+/// the dead letter without its value (the key alone is too large). Before, the host exited with
+/// code 2 on every restart; now the dead letter goes without the key too, carrying its digest.
+#[test]
+fn an_input_key_over_a_megabyte_is_dead_lettered_without_it_and_the_host_goes_on() {
+    let _serial = serial();
+    let dir =
+        run_dir("an_input_key_over_a_megabyte_is_dead_lettered_without_it_and_the_host_goes_on");
+    let kafka = Kafka::start(&dir);
+    // The inputs take records up to 4 MB; the output and dead-letter topics keep the 1 MB default.
+    for topic in ["orders", "payments"] {
+        kafka.create_topic_with(topic, PARTITIONS, &[("max.message.bytes", "4000000")]);
+    }
+    kafka.create_topic("orders-paid", 1);
+    kafka.create_topic("dlq", 1);
+    let config = join_config(
+        &kafka.bootstrap,
+        "giant-key",
+        &plugin("misbehave.wasm"),
+        "inner",
+    );
+    let mut host = HostProcess::start(&dir, "host", &config);
+    wait_for_stable_group(&[&host], PARTITIONS, Duration::from_secs(60));
+    let producer = Kafka::producer_with(
+        &kafka.bootstrap,
+        "murmur2_random",
+        &[("message.max.bytes".to_owned(), "4000000".to_owned())],
+    );
+    let giant = format!("ok-giant-{}", "k".repeat(1_200_000));
+    kafka.produce(&producer, &pairs(std::slice::from_ref(&giant), stream::BASE_TS), None);
+    let mut dlq = kafka.reader("dlq", 1);
+    let dead = dlq
+        .read_until(
+            "the giant pair's two dead letters",
+            Duration::from_secs(60),
+            |r| r.len() >= 2,
+        )
+        .to_vec();
+    let digest = format!(
+        "{:x}",
+        <sha2::Sha256 as sha2::Digest>::digest(giant.as_bytes())
+    );
+    for r in &dead {
+        assert_eq!(
+            r.header("cojoin.error.kind"),
+            Some("output-refused"),
+            "{:?}",
+            r.headers
+        );
+        assert_eq!(r.key, "", "the key is left out");
+        assert_eq!(
+            r.header("cojoin.key.sha256"),
+            Some(digest.as_str()),
+            "{:?}",
+            r.headers
+        );
+        assert!(
+            r.header("cojoin.source.sizes")
+                .is_some_and(|s| s.starts_with("key 1200009 bytes")),
+            "{:?}",
+            r.headers
+        );
+        assert!(
+            r.header("cojoin.source.offset").is_some(),
+            "{:?}",
+            r.headers
+        );
+    }
+    // The host goes on: later pairs are joined.
+    let later: Vec<String> = (0..6).map(|i| format!("ok-{i}")).collect();
+    kafka.produce(&producer, &pairs(&later, stream::BASE_TS + 1_000), None);
+    let mut outputs = kafka.reader("orders-paid", 1);
+    outputs.read_until(
+        "6 outputs after the giant key",
+        Duration::from_secs(60),
+        |r| r.len() >= 6,
+    );
+    assert!(host.is_running(), "{}", host.log_text());
+}
+
 #[test]
 fn under_exactly_once_an_output_the_broker_refuses_is_dead_lettered_after_an_abort() {
     let _serial = serial();
     let dir =
         run_dir("under_exactly_once_an_output_the_broker_refuses_is_dead_lettered_after_an_abort");
     let kafka = join_broker(&dir);
-    kafka.create_topic_with("small", 1, &[("max.message.bytes", "200")]);
+    // A batch over 400 bytes is refused whole: one 600-byte output sinks its companions.
+    kafka.create_topic_with("small", 1, &[("max.message.bytes", "400")]);
     let config = join_config(
         &kafka.bootstrap,
         "eos-hostile",
@@ -233,6 +314,9 @@ fn under_exactly_once_an_output_the_broker_refuses_is_dead_lettered_after_an_abo
     wait_for_stable_group(&[&host], PARTITIONS, Duration::from_secs(60));
     let padding = "x".repeat(300);
     let mut keys: Vec<String> = (0..3).map(|i| format!("to:small:{i}-{padding}")).collect();
+    // Small outputs to the same topic partition, made in the same round: they share produce
+    // requests with the large ones (before, 11 of 13 such were dead-lettered with them).
+    keys.extend((0..3).map(|i| format!("to:small:s{i}")));
     keys.extend((0..3).map(|i| format!("ok-{i}")));
     kafka.produce(
         &kafka.producer("murmur2_random"),
@@ -244,9 +328,12 @@ fn under_exactly_once_an_output_the_broker_refuses_is_dead_lettered_after_an_abo
     dlq.read_until("6 dead letters", Duration::from_secs(60), |r| r.len() >= 6);
     let mut outputs = kafka.reader("orders-paid", 1);
     outputs.read_until("3 ok outputs", Duration::from_secs(60), |r| r.len() >= 3);
-    let (dead, ok) = (
+    let mut small = kafka.reader("small", 1);
+    small.read_until("3 small outputs", Duration::from_secs(60), |r| r.len() >= 3);
+    let (dead, ok, small) = (
         dlq.read_for(Duration::from_secs(3)).to_vec(),
         outputs.read_for(Duration::ZERO).to_vec(),
+        small.read_for(Duration::ZERO).to_vec(),
     );
     let page = cojoin_e2e::http::get(&format!(
         "{}/metrics",
@@ -260,7 +347,18 @@ fn under_exactly_once_an_output_the_broker_refuses_is_dead_lettered_after_an_abo
         dead.first().and_then(|r| r.header("cojoin.error.message")),
         ok.len()
     );
-    assert_eq!(dead.len(), 6, "{dead:?}");
+    let dead_keys: Vec<&str> = dead.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(dead.len(), 6, "{dead_keys:?}");
+    assert!(
+        dead_keys.iter().all(|k| k.contains(&padding)),
+        "{dead_keys:?}"
+    );
+    let mut small: Vec<&str> = small.iter().map(|r| r.value.as_str()).collect();
+    small.sort_unstable();
+    assert_eq!(
+        small,
+        ["ok to:small:s0", "ok to:small:s1", "ok to:small:s2"]
+    );
     assert!(
         dead.iter()
             .all(|r| r.header("cojoin.error.kind") == Some("output-refused")),

@@ -391,9 +391,12 @@ fn scaling_out_and_in_under_the_classic_protocol_loses_nothing() {
 
 /// Static membership: two hosts with `kafka.instance_id`; one is stopped (SIGTERM) and started
 /// again within the session timeout. It gets its own tasks back, and the other host sees nothing:
-/// no partition revoked, no task restarted. Every order is reported.
-fn static_restart(protocol: &str) {
-    let test = format!("static_{protocol}");
+/// no partition revoked, no task restarted. Every order is reported. With `kill9`, it is killed
+/// instead: the broker holds its id until the session timeout (the consumer protocol refused
+/// the restarted host with UnreleasedInstanceId, and it exited with code 2); it must wait for the
+/// id, get tasks, and lose nothing (the other host may take its tasks meanwhile).
+fn static_restart(protocol: &str, kill9: bool) {
+    let test = format!("static_{protocol}{}", if kill9 { "_kill9" } else { "" });
     let _serial = serial();
     let (dir, kafka, base) = broker_and_join(&test, protocol);
     let config = |name: &str| {
@@ -422,14 +425,35 @@ fn static_restart(protocol: &str) {
     let logged = hosts[0].assignments().len();
     let other_log = hosts[1].assignments().len();
     let other_started = hosts[1].tasks_started().len();
-    hosts[0].terminate();
-    let (status, _) = hosts[0].wait_exit(Duration::from_secs(60));
-    assert!(status.success(), "host-0 after SIGTERM: {status}");
+    if kill9 {
+        hosts[0].kill9();
+    } else {
+        hosts[0].terminate();
+        let (status, _) = hosts[0].wait_exit(Duration::from_secs(60));
+        assert!(status.success(), "host-0 after SIGTERM: {status}");
+    }
     let t = Instant::now();
     hosts[0].restart(&dir);
     let deadline = Instant::now() + Duration::from_secs(60);
-    // The new run's own assignment: the old run's last line says the same.
-    while hosts[0].assignments().len() == logged || hosts[0].assignments().last() != Some(&held) {
+    // The new run's own assignment: the old run's last line says the same (after a kill, any
+    // tasks at all: the other host may have taken some at the session timeout).
+    let back = |h: &HostProcess| {
+        let a = h.assignments();
+        a.len() > logged
+            && a.last().is_some_and(|last| {
+                if kill9 {
+                    !last.0.is_empty()
+                } else {
+                    *last == held
+                }
+            })
+    };
+    while !back(&hosts[0]) {
+        assert!(
+            hosts[0].is_running(),
+            "host-0 exited after its restart:\n{}",
+            hosts[0].log_text()
+        );
         assert!(
             Instant::now() < deadline,
             "host-0 did not get {held:?} back:\n{}",
@@ -463,6 +487,10 @@ fn static_restart(protocol: &str) {
         "{tally:?}\n{}",
         post_mortem(&kafka, &hosts)
     );
+    if kill9 {
+        assert!(hosts[0].is_running(), "{}", hosts[0].log_text());
+        return;
+    }
     assert_eq!(
         hosts[1].assignments().len(),
         other_log,
@@ -477,12 +505,17 @@ const ORDERS: u32 = 600;
 #[test]
 fn a_static_member_restarted_within_the_session_timeout_moves_nothing_under_the_consumer_protocol()
 {
-    static_restart("consumer");
+    static_restart("consumer", false);
+}
+
+#[test]
+fn a_static_member_killed_and_restarted_at_once_waits_for_its_id_under_the_consumer_protocol() {
+    static_restart("consumer", true);
 }
 
 #[test]
 fn a_static_member_restarted_within_the_session_timeout_moves_nothing_under_the_classic_protocol() {
-    static_restart("classic");
+    static_restart("classic", false);
 }
 
 /// A rebalance storm (`make soak`, not CI): four host slots, and every 3 s for a minute one of

@@ -81,6 +81,22 @@ enum Verdict {
     Transient,
 }
 
+/// Whether the broker refuses a whole produce request for `e` when one record of it is at fault.
+fn refuses_whole_request(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::MessageSizeTooLarge
+                | C::MessageBatchTooLarge
+                | C::InvalidMessage
+                | C::InvalidRecord
+                | C::InvalidTimestamp
+                | C::InvalidMessageSize
+        )
+    )
+}
+
 fn verdict(e: &KafkaError) -> Verdict {
     use RDKafkaErrorCode as C;
     match e.rdkafka_error_code() {
@@ -111,8 +127,24 @@ struct Origin {
     emit: usize,
     /// `Some(i)`: the dead letter of input `i` of a `DeadLetter` emit.
     input: Option<usize>,
-    /// A dead letter sent again without its value, after the value was refused.
-    value_omitted: bool,
+    /// How much of a dead letter's input is left out, after the whole was refused.
+    stripped: Stripped,
+    /// Sent in a produce request of its own: the broker refuses a whole request for one record
+    /// in it (too large, a bad timestamp), so a record refused with others is sent again alone
+    /// before it is called refused (11 of 13 innocent matches were dead-lettered).
+    alone: bool,
+}
+
+/// A dead letter must always fit: refused whole, it is sent again without the input's value;
+/// refused again (a key over the broker's limit: the host exited on every restart), without its
+/// key and headers too, with the key's SHA-256 and the source position in headers. The input
+/// stays in its source topic at that position.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Stripped {
+    #[default]
+    Nothing,
+    Value,
+    KeyValueAndHeaders,
 }
 
 /// Which topics exist, looked up once each (missing ones again after [`RECHECK_MISSING`]), so an
@@ -188,9 +220,12 @@ pub struct Sink {
     producer: Arc<BaseProducer<Deliveries>>,
     /// Exactly-once: the transaction the records are produced in.
     transactions: Option<Arc<SinkTransactions>>,
-    /// Exactly-once: outputs the broker refused in a transaction that was then aborted, by
-    /// [`output_identity`], with why.
+    /// Exactly-once: outputs the broker refused, sent alone, in a transaction that was then
+    /// aborted, by [`output_identity`], with why.
     refused_in_aborted: HashMap<String, String>,
+    /// Exactly-once: outputs refused in a request with others, in a transaction that was then
+    /// aborted: the replay sends each alone, and only if it is refused then is it refused.
+    suspects: HashMap<String, String>,
     output_topic: String,
     dead_letter_topic: Option<String>,
     topics: KnownTopics,
@@ -231,6 +266,7 @@ impl Sink {
             producer,
             transactions,
             refused_in_aborted: HashMap::new(),
+            suspects: HashMap::new(),
             output_topic: output_topic.to_owned(),
             dead_letter_topic: dead_letter_topic.map(str::to_owned),
             topics: KnownTopics::default(),
@@ -334,30 +370,42 @@ impl Sink {
             txn.ensure_open()?;
         }
         while !queue.is_empty() {
-            let sent = std::mem::take(&mut queue);
+            let mut sent = std::mem::take(&mut queue);
+            for origin in &mut sent {
+                origin.alone |= self.suspect(batches, *origin);
+            }
             let mut refused: Vec<(Origin, String)> = Vec::new();
             let mut resend: Vec<Origin> = Vec::new();
-            for (i, origin) in sent.iter().enumerate() {
-                match self.send(batches, *origin, i) {
-                    Ok(()) => {}
-                    Err(e) => match e {
-                        SendError::Refused(why) => refused.push((*origin, why)),
-                        SendError::Kafka(e) => {
-                            if let Some(stop) = self.unauthorized(batches, *origin, &e) {
-                                return Err(stop);
-                            }
-                            match verdict(&e) {
-                                Verdict::Refused | Verdict::Unauthorized => {
-                                    refused.push((*origin, e.to_string()))
+            // The others together first, then each record that must go alone on its own: every
+            // record before it is delivered, and it is delivered before the next is sent.
+            for alone in [false, true] {
+                for (i, origin) in sent.iter().enumerate().filter(|(_, o)| o.alone == alone) {
+                    match self.send(batches, *origin, i) {
+                        Ok(()) => {}
+                        Err(e) => match e {
+                            SendError::Refused(why) => refused.push((*origin, why)),
+                            SendError::Kafka(e) => {
+                                if let Some(stop) = self.unauthorized(batches, *origin, &e) {
+                                    return Err(stop);
                                 }
-                                Verdict::Fatal => bail!("the producer failed for good: {e}; stopping without committing (a restart replays the uncommitted records)"),
-                                Verdict::Transient => resend.push(*origin),
+                                match verdict(&e) {
+                                    Verdict::Refused | Verdict::Unauthorized => {
+                                        refused.push((*origin, e.to_string()))
+                                    }
+                                    Verdict::Fatal => bail!("the producer failed for good: {e}; stopping without committing (a restart replays the uncommitted records)"),
+                                    Verdict::Transient => resend.push(*origin),
+                                }
                             }
-                        }
-                    },
+                        },
+                    }
+                    if alone {
+                        self.await_in_flight()?;
+                    }
+                }
+                if !alone {
+                    self.await_in_flight()?;
                 }
             }
-            self.await_in_flight()?;
             let failed = std::mem::take(
                 &mut *self
                     .producer
@@ -375,17 +423,20 @@ impl Sink {
                 // The replay will make the same outputs: one the broker refused for good is
                 // remembered, and refused before it is sent again (its inputs dead-lettered), or
                 // every replay would abort again.
+                // One refused with others in its request is a suspect only: the replay sends it
+                // alone (its companions go through), and only then is it refused.
                 for (i, e) in &failed {
                     let origin = sent[*i];
                     if !matches!(verdict(e), Verdict::Refused | Verdict::Unauthorized) {
                         continue;
                     }
-                    if let Emit::Output { record, inputs } =
-                        &batches[origin.batch].1.emits[origin.emit]
-                    {
-                        let topic = record.topic.as_deref().unwrap_or(&self.output_topic);
-                        self.refused_in_aborted
-                            .insert(output_identity(topic, inputs), e.to_string());
+                    if let Some(identity) = self.identity(batches, origin) {
+                        if refuses_whole_request(e) && !origin.alone {
+                            self.suspects.insert(identity, e.to_string());
+                        } else {
+                            self.suspects.remove(&identity);
+                            self.refused_in_aborted.insert(identity, e.to_string());
+                        }
                     }
                 }
                 // In a transaction a failed delivery fails the transaction: nothing of it may be
@@ -398,6 +449,12 @@ impl Sink {
             for (i, e) in failed {
                 let origin = sent[i];
                 match verdict(&e) {
+                    Verdict::Refused if refuses_whole_request(&e) && !origin.alone => {
+                        resend.push(Origin {
+                            alone: true,
+                            ..origin
+                        })
+                    }
                     Verdict::Refused | Verdict::Unauthorized => refused.push((origin, e.to_string())),
                     Verdict::Fatal => bail!("the producer failed for good: {e}; stopping without committing (a restart replays the uncommitted records)"),
                     Verdict::Transient => {
@@ -434,15 +491,23 @@ impl Sink {
                     for e in before..batch.emits.len() {
                         push_origins(&mut queue, origin.batch, e, &batch.emits[e]);
                     }
-                } else if !origin.value_omitted {
+                } else if origin.stripped == Stripped::Nothing {
                     tracing::warn!("a dead letter was refused ({why}); sending it again without its value (the record stays in its source topic)");
                     queue.push(Origin {
-                        value_omitted: true,
+                        stripped: Stripped::Value,
+                        ..origin
+                    });
+                } else if origin.stripped == Stripped::Value {
+                    tracing::warn!("a dead letter was refused without its value ({why}); sending it again without its key and headers too (their SHA-256 and the source position are in its headers)");
+                    queue.push(Origin {
+                        stripped: Stripped::KeyValueAndHeaders,
                         ..origin
                     });
                 } else {
+                    // Only a few hundred bytes of our own headers are left: the topic itself
+                    // refuses everything (gone, or not writable).
                     bail!(
-                        "a dead letter was refused by {:?} even without its value: {why}; stopping without committing (check the dead-letter topic)",
+                        "a dead letter was refused by {:?} even without the input's key, value and headers: {why}; stopping without committing (check the dead-letter topic)",
                         self.dead_letter_topic.as_deref().unwrap_or_default()
                     );
                 }
@@ -471,6 +536,25 @@ impl Sink {
             bail!("outputs not acknowledged within {} s; stopping without committing them (a restart replays them)", DELIVERY_BOUND.as_secs());
         }
         Ok(())
+    }
+
+    /// An output's [`output_identity`]; `None` for a dead letter.
+    fn identity(&self, batches: &[(i32, Batch)], origin: Origin) -> Option<String> {
+        match &batches[origin.batch].1.emits[origin.emit] {
+            Emit::Output { record, inputs } => Some(output_identity(
+                record.topic.as_deref().unwrap_or(&self.output_topic),
+                inputs,
+            )),
+            Emit::DeadLetter(_) => None,
+        }
+    }
+
+    /// Exactly-once: an output refused with others in an aborted transaction, to send alone.
+    fn suspect(&self, batches: &[(i32, Batch)], origin: Origin) -> bool {
+        !self.suspects.is_empty()
+            && self
+                .identity(batches, origin)
+                .is_some_and(|id| self.suspects.contains_key(&id))
     }
 
     fn send(
@@ -506,12 +590,14 @@ impl Sink {
                 };
                 let input = &d.inputs[i];
                 log_dead_letter(d, input, dlq);
-                let headers = dead_letter_headers(d, input, origin.value_omitted);
+                let headers = dead_letter_headers(d, input, origin.stripped);
                 let mut record =
                     BaseRecord::<[u8], [u8], usize>::with_opaque_to(dlq, index << 1 | 1)
                         .headers(headers);
-                record.key = input.key.as_deref();
-                if !origin.value_omitted {
+                if origin.stripped != Stripped::KeyValueAndHeaders {
+                    record.key = input.key.as_deref();
+                }
+                if origin.stripped == Stripped::Nothing {
                     record.payload = input.value.as_deref();
                 }
                 self.send_record(record)
@@ -567,7 +653,8 @@ fn push_origins(queue: &mut Vec<Origin>, batch: usize, emit: usize, e: &Emit) {
         batch,
         emit,
         input,
-        value_omitted: false,
+        stripped: Stripped::Nothing,
+        alone: false,
     };
     match e {
         Emit::Output { .. } => queue.push(origin(None)),
@@ -588,22 +675,52 @@ fn log_dead_letter(d: &DeadLetter, input: &Event, dlq: &str) {
     }
 }
 
-/// The input's own headers, then what happened and where the record came from.
-fn dead_letter_headers(d: &DeadLetter, input: &Event, value_omitted: bool) -> OwnedHeaders {
+/// The input's own headers, then what happened and where the record came from; what was left
+/// out when the whole was refused.
+fn dead_letter_headers(d: &DeadLetter, input: &Event, stripped: Stripped) -> OwnedHeaders {
+    let own = if stripped == Stripped::KeyValueAndHeaders {
+        OwnedHeaders::new()
+    } else {
+        kafka_headers(&input.headers)
+    };
     let headers = error_headers(
-        kafka_headers(&input.headers),
+        own,
         d.reason.kind(),
         d.reason.message(),
         Some(d.reason.plugin_version()),
         (&input.topic, input.partition, input.offset, input.timestamp),
     );
-    if value_omitted {
-        return headers.insert(Header {
+    match stripped {
+        Stripped::Nothing => headers,
+        Stripped::Value => headers.insert(Header {
             key: "cojoin.value.omitted",
             value: Some(&b"the dead-letter topic refused the value; read it from the source topic at the offset above"[..]),
-        });
+        }),
+        Stripped::KeyValueAndHeaders => {
+            use sha2::Digest;
+            let key = input.key.as_deref().unwrap_or_default();
+            let digest = hex::encode(sha2::Sha256::digest(key));
+            let sizes = format!(
+                "key {} bytes, value {} bytes, {} headers",
+                key.len(),
+                input.value.as_deref().map_or(0, <[u8]>::len),
+                input.headers.len()
+            );
+            headers
+                .insert(Header {
+                    key: "cojoin.value.omitted",
+                    value: Some(&b"the dead-letter topic refused the record even without its value; its key, value and headers are left out: read them from the source topic at the offset above"[..]),
+                })
+                .insert(Header {
+                    key: "cojoin.key.sha256",
+                    value: Some(digest.as_bytes()),
+                })
+                .insert(Header {
+                    key: "cojoin.source.sizes",
+                    value: Some(sizes.as_bytes()),
+                })
+        }
     }
-    headers
 }
 
 /// `base` (a dead letter's own headers), then `cojoin.error.kind`, `cojoin.error.message`,

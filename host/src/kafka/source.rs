@@ -91,7 +91,28 @@ struct RebalanceContext {
     transactions: Option<Arc<SinkTransactions>>,
 }
 
-impl ClientContext for RebalanceContext {}
+impl ClientContext for RebalanceContext {
+    // An instance id still held (see [`InstanceIdHeld`]) is expected while the run loop waits
+    // for the broker to release it: said once by the loop, not at error level per attempt.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        if message.contains(INSTANCE_ID_HELD) {
+            tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
+        } else {
+            rdkafka::client::DefaultClientContext.log(level, fac, message);
+        }
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        if reason.contains(INSTANCE_ID_HELD) {
+            tracing::debug!(target: "librdkafka", "librdkafka: {error}: {reason}");
+        } else {
+            rdkafka::client::DefaultClientContext.error(error, reason);
+        }
+    }
+}
+
+/// The broker's words for `UNRELEASED_INSTANCE_ID`.
+const INSTANCE_ID_HELD: &str = "instance ID is still used by another member";
 
 impl ConsumerContext for RebalanceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -197,6 +218,13 @@ pub struct Rebalanced {
     /// An assignment came (possibly empty, under the classic protocol).
     pub assignment: bool,
 }
+
+/// The consumer protocol refused this host's `kafka.instance_id`: the broker still holds it for
+/// a member that did not leave (a host killed with -9), until its session timeout. Fatal for the
+/// consumer; the run loop makes a new one and tries again until the broker releases the id.
+#[derive(Debug, thiserror::Error)]
+#[error("the broker still holds this kafka.instance_id for an earlier member that did not leave ({0}); it is released at that member's session timeout (group.consumer.session.timeout.ms); if another running host has the same instance_id, give each host its own")]
+pub struct InstanceIdHeld(String);
 
 pub struct Source {
     consumer: BaseConsumer<RebalanceContext>,
@@ -309,7 +337,7 @@ impl Source {
                     .unwrap_or((rdkafka::types::RDKafkaErrorCode::Fatal, "unknown".into()));
                 let hint = match code {
                     rdkafka::types::RDKafkaErrorCode::UnreleasedInstanceId => {
-                        " (another member still holds this kafka.instance_id: a host killed without leaving keeps it until the broker's session timeout, group.consumer.session.timeout.ms; start again after that, or give each host its own instance_id)"
+                        return Err(anyhow::Error::new(InstanceIdHeld(reason)));
                     }
                     rdkafka::types::RDKafkaErrorCode::UnsupportedVersion
                     | rdkafka::types::RDKafkaErrorCode::UnsupportedFeature

@@ -1,6 +1,7 @@
 //! The store data of one plugin instance: a WASI p2 context that grants nothing, the memory cap, and
 //! the plugin's stdout/stderr and `log` calls routed into the host's log.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -25,20 +26,25 @@ pub(crate) struct StoreState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) limiter: MemoryCap,
-    /// When the running call (or start-up) must end; a sleep past it traps at once. Epoch
-    /// interruption cannot stop a call blocked inside the host: `time.sleep(60)` ran its 60 s
-    /// under a 500 ms deadline and held every task of the host with it.
+    /// When the running call (or start-up) must end; a sleep past it traps at once, a block or poll
+    /// still waiting at it traps then. Epoch interruption cannot stop a call blocked inside the
+    /// host: `time.sleep(60)` ran its 60 s under a 500 ms deadline and held every task of the host
+    /// with it.
     pub(crate) call_deadline: Option<Instant>,
     /// The last lines the plugin wrote to stderr, for the message of a crash (a panic's text).
     stderr_tail: Arc<Mutex<Vec<String>>>,
 }
 
-/// The error a sleep past the call's deadline traps with; sorted as a timeout.
+/// The error a wait past the call's deadline traps with; sorted as a timeout.
 #[derive(Debug, thiserror::Error)]
-#[error("the plugin asked to wait {asked:?} but its call had {left:?} left before its deadline (blocking waits cannot outlast plugin.deadline)")]
-pub struct SleepPastDeadline {
-    pub asked: Duration,
-    pub left: Duration,
+pub enum SleepPastDeadline {
+    /// A clock pollable asked for in this call would be ready only after the deadline.
+    #[error("the plugin asked to wait {asked:?} but its call had {left:?} left before its deadline (blocking waits cannot outlast plugin.deadline)")]
+    Asked { asked: Duration, left: Duration },
+    /// A block or poll was still waiting at the deadline (its pollable may have been made in an
+    /// earlier call or in `init`, under another deadline).
+    #[error("the plugin blocked {waited:?} on a pollable that was not ready by its call's deadline (blocking waits cannot outlast plugin.deadline)")]
+    Blocked { waited: Duration },
 }
 
 impl StoreState {
@@ -49,21 +55,56 @@ impl StoreState {
         };
         let left = deadline.saturating_duration_since(Instant::now());
         if asked > left {
-            return Err(wasmtime::Error::new(SleepPastDeadline { asked, left }));
+            return Err(wasmtime::Error::new(SleepPastDeadline::Asked {
+                asked,
+                left,
+            }));
         }
         Ok(())
     }
 }
 
-/// Replaces WASI's `subscribe-duration` and `subscribe-instant` (the only ways a plugin can block:
-/// it has no files, sockets or input) with versions that trap when the wait would outlast the
-/// call's deadline, and otherwise wait as WASI does.
+/// Runs a blocking `wasi:io/poll` wait (`wait`, borrowing the store's table) to its end or to the
+/// call's deadline, whichever comes first; at the deadline it traps. Checking the wait when a
+/// pollable is made is not enough: one made in `init` (10 s) and kept in a static was blocked on
+/// for its full 9.5 s under a 500 ms call deadline.
+fn bounded_wait<R>(
+    state: &mut StoreState,
+    wait: impl FnOnce(
+        &mut ResourceTable,
+    ) -> Pin<Box<dyn Future<Output = wasmtime::Result<R>> + Send + '_>>,
+) -> wasmtime::Result<R> {
+    let deadline = state.call_deadline;
+    let wait = wait(&mut state.table);
+    let Some(deadline) = deadline else {
+        return wasmtime_wasi::runtime::in_tokio(wait);
+    };
+    let started = Instant::now();
+    // Made inside `in_tokio`: the timer needs the runtime it enters. `timeout_at` polls the wait
+    // before the timer, so a pollable already ready never traps.
+    let until = tokio::time::Instant::from_std(deadline);
+    match wasmtime_wasi::runtime::in_tokio(async { tokio::time::timeout_at(until, wait).await }) {
+        Ok(result) => result,
+        Err(_elapsed) => Err(wasmtime::Error::new(SleepPastDeadline::Blocked {
+            waited: started.elapsed(),
+        })),
+    }
+}
+
+/// Replaces WASI's `subscribe-duration` and `subscribe-instant` with versions that trap at once
+/// when the wait would outlast the call's deadline, and `wasi:io/poll`'s blocking `poll` and
+/// `pollable.block` with versions that trap at the deadline (the pollable may come from an earlier
+/// call). Those are the only ways a plugin can block: it has no files, sockets, or input (stdin is
+/// closed), and its stdout/stderr are always ready, so `wasi:io/streams`' blocking calls return at
+/// once.
 pub(crate) fn bound_waits(
     linker: &mut wasmtime::component::Linker<StoreState>,
 ) -> wasmtime::Result<()> {
     use wasmtime::component::Resource;
     use wasmtime_wasi::clocks::WasiClocksView;
     use wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host;
+    // The async implementations; the sync ones wasmtime-wasi links only wrap them in `in_tokio`.
+    use wasmtime_wasi::p2::bindings::io::poll::{Host as PollHost, HostPollable};
     use wasmtime_wasi::p2::DynPollable;
 
     linker.allow_shadowing(true);
@@ -83,6 +124,24 @@ pub(crate) fn bound_waits(
             let now = state.clocks().now()?;
             state.check_wait(Duration::from_nanos(when.saturating_sub(now)))?;
             Ok((state.clocks().subscribe_instant(when)?,))
+        },
+    )?;
+    // The version wasmtime-wasi 48 defines; plugins' imports of any 0.2.x resolve to it.
+    let mut poll = linker.instance("wasi:io/poll@0.2.12")?;
+    poll.func_wrap(
+        "[method]pollable.block",
+        |mut store, (pollable,): (Resource<DynPollable>,)| {
+            bounded_wait(store.data_mut(), |table| {
+                Box::pin(async move { HostPollable::block(table, pollable).await })
+            })
+        },
+    )?;
+    poll.func_wrap(
+        "poll",
+        |mut store, (pollables,): (Vec<Resource<DynPollable>>,)| -> wasmtime::Result<(Vec<u32>,)> {
+            bounded_wait(store.data_mut(), |table| {
+                Box::pin(async move { Ok((PollHost::poll(table, pollables).await?,)) })
+            })
         },
     )?;
     linker.allow_shadowing(false);

@@ -35,7 +35,7 @@ use crate::kafka::pairing::Pairing;
 use crate::kafka::protocol::{self, Protocol};
 use crate::kafka::repartitioner::{self, Repartitioner};
 use crate::kafka::sink::{Acknowledged, Delivered, Sink};
-use crate::kafka::source::{Record, Source};
+use crate::kafka::source::{InstanceIdHeld, Record, Source};
 use crate::kafka::transaction::{self, Outcome};
 use crate::kafka::{assignment, authz, client};
 use crate::metrics::{Metrics, TaskGauges};
@@ -55,6 +55,8 @@ const WAITING_REPORTED_AFTER: Duration = Duration::from_secs(5);
 const REPARTITIONED_MAX_IDLE_MS: i64 = 1000;
 /// Records polled at most per round, so that rounds (and commits) keep coming under a backlog.
 const POLL_PER_ROUND: usize = 10_000;
+/// How long a round waits for its first record (ms), when no task has more to do now.
+const POLL_WAIT_MS: i64 = 50;
 /// How long a task takes records for in one round: a round lasts about as long as its longest
 /// task, so the workers finish it close together (task/pool.rs) and rounds keep coming.
 const ROUND_TASK_TIME: Duration = Duration::from_millis(20);
@@ -195,22 +197,29 @@ impl Host {
             transactional_id.as_deref(),
         )?;
         sink.set_principal(crate::acl::principal(cfg));
-        let mut source = Source::new(
-            &client::consumer(
-                &cfg.kafka,
-                protocol,
-                backpressure::prefetch_bytes(cfg.memory.queue_bytes),
-            ),
-            left,
-            right,
-            self.metrics.clone(),
-            sink.transactions(),
-        )?;
-        source.set_principal(crate::acl::principal(cfg));
+        let consumer_config = client::consumer(
+            &cfg.kafka,
+            protocol,
+            backpressure::prefetch_bytes(cfg.memory.queue_bytes),
+        );
+        let transactions = sink.transactions();
+        let new_source = || -> Result<Source> {
+            let mut source = Source::new(
+                &consumer_config,
+                left,
+                right,
+                self.metrics.clone(),
+                transactions.clone(),
+            )?;
+            source.set_principal(crate::acl::principal(cfg));
+            Ok(source)
+        };
+        let mut source = new_source()?;
         let counts = plan.join_counts(source_counts);
         assignment::check_counts(left, counts[0], right, counts[1])?;
         sink.verify_topics()?;
         source.subscribe()?;
+        let mut id_held_attempts = 0u32;
         Happened::JoiningGroup {
             left,
             right,
@@ -256,9 +265,37 @@ impl Host {
             // waiting at most 50 ms for the first record.
             let ahead = run.ahead.len();
             self.hand_over(&source, &mut run)?;
+            // A task waiting to retry a failed call (parked) runs again once its backoff passed:
+            // the wait for a record ends by then (and a parked task alone does not spin).
+            let now = started.elapsed().as_millis() as i64;
+            let idle_wait = run
+                .tasks
+                .values()
+                .filter_map(PartitionTask::parked_until)
+                .min()
+                .map_or(POLL_WAIT_MS, |until| {
+                    until.saturating_sub(now).clamp(0, POLL_WAIT_MS)
+                });
             for polled in ahead..POLL_PER_ROUND {
-                let wait = if polled == 0 && !more { 50 } else { 0 };
-                let record = source.poll(Duration::from_millis(wait))?;
+                let wait = if polled == 0 && !more { idle_wait } else { 0 };
+                let record = match source.poll(Duration::from_millis(wait as u64)) {
+                    // A static member restarted after a kill -9 under the consumer protocol:
+                    // the broker releases its id at the old member's session timeout. Until
+                    // then a new consumer asks again, backing off (it holds no task yet).
+                    Err(e) if e.is::<InstanceIdHeld>() && run.tasks.is_empty() => {
+                        let attempt = id_held_attempts;
+                        id_held_attempts += 1;
+                        if attempt == 0 {
+                            tracing::warn!("{e}; asking again until it is released");
+                        }
+                        // 1, 2, 4, then every 8 s (the broker's default timeout is 45 s).
+                        std::thread::sleep(Duration::from_secs(1 << attempt.min(3)));
+                        source = new_source()?;
+                        source.subscribe()?;
+                        break;
+                    }
+                    record => record?,
+                };
                 self.apply_rebalance(&source, &mut run)?;
                 let Some(record) = record else { break };
                 run.consumed[record.side as usize] += 1;
@@ -430,13 +467,7 @@ impl Host {
         let mut poll_ahead = |running: &dyn Fn() -> bool| {
             ahead.poll_while(source, running, POLL_PER_ROUND, ahead_bytes)
         };
-        let mut batches = pool::run_round_beside(
-            running,
-            workers,
-            now,
-            &std::thread::sleep,
-            Some(&mut poll_ahead),
-        );
+        let mut batches = pool::run_round_beside(running, workers, now, Some(&mut poll_ahead));
         // A partition revoked meanwhile: its task's points were committed in the callback and
         // the task stops when the rebalance is applied; its batch is not delivered (the next
         // owner makes it again from those points), nor are its points published again.

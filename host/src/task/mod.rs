@@ -8,12 +8,17 @@
 //! round: a look per state segment), which the I/O layer commits every second. Records count as
 //! processed only once their batch is acknowledged.
 //! [`pool`] runs a round of tasks on several actions at once.
+//!
+//! A failed call with retries left does not wait on its worker: the task parks ([`Parked`]) —
+//! it keeps the call and everything taken after it, stops its run there, and makes the call again
+//! in the first `run` at or after [`PartitionTask::parked_until`]; the other tasks go on.
 
 pub mod backpressure;
 pub mod pool;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
 use crate::event::{Call, Event, FailureKind, OutputRecord, Side};
@@ -66,6 +71,9 @@ pub trait Action {
 struct Deferred {
     outcome: JoinOutcome,
     before: RunPoint,
+    /// Records that ended (were marked processed) after this call was deferred and before the
+    /// next one: if the task parks on this call or an earlier one, they are not processed yet.
+    ends: Vec<(Side, i64)>,
 }
 
 impl Deferred {
@@ -87,12 +95,105 @@ impl Deferred {
 }
 
 /// What a halt on a record rolls back to: the record it halted on is not processed, nor any
-/// after it (their outcomes may already be in the state, as without batching).
+/// after it (their outcomes may already be in the state, as without batching). Parking rolls
+/// back the batch too: the emits of the record, made before its failed call, wait with it.
 #[derive(Clone, Copy)]
 struct RunPoint {
     through: [Option<i64>; 2],
     pending: [Option<i64>; 2],
     pending_from: [Option<i64>; 2],
+    /// The batch's emits, bytes and sources then.
+    emits: usize,
+    bytes: usize,
+    sources: usize,
+}
+
+/// The result of one attempt of a call.
+type CallResult = Result<Vec<OutputRecord>, ActionFailure>;
+
+/// Work taken after a parked call, kept in order until the call is done.
+enum Step {
+    /// Act on an outcome; `first`: the result of an attempt already made (in a batch).
+    Call {
+        outcome: JoinOutcome,
+        first: Option<CallResult>,
+    },
+    /// A record that does not join, to dead-letter.
+    Reject {
+        reason: DeadLetterReason,
+        event: Event,
+    },
+    /// The record at `offset` of `side` is processed once the steps before it are.
+    End { side: Side, offset: i64 },
+}
+
+/// A call that failed with retries left, waiting for its backoff to pass (off the worker: the
+/// run stopped there and returned its batch), with what was taken after it: nothing after it is
+/// done before it. Its record and the records after it do not count as processed meanwhile.
+struct Parked {
+    /// What the call's record emitted before the call failed: held back with it, so that a record
+    /// is produced whole (a restart acts on it again from the start).
+    made: Vec<Emit>,
+    /// The inputs (side, offset) of `made`: commit points stay at or before them.
+    made_from: Vec<(Side, i64)>,
+    /// The failed call.
+    outcome: JoinOutcome,
+    /// Attempts made of it so far.
+    attempts: u32,
+    rest: VecDeque<Step>,
+    /// On the clock `run` is given (ms).
+    not_before_ms: i64,
+}
+
+impl Parked {
+    /// Offsets (per side) a restart must read again to redo what is parked.
+    fn needs(&self) -> Vec<(Side, i64)> {
+        fn read(o: &JoinOutcome, needs: &mut Vec<(Side, i64)>) {
+            match o {
+                JoinOutcome::Match { left, right } => {
+                    needs.push((Side::Left, left.offset));
+                    needs.push((Side::Right, right.offset));
+                }
+                JoinOutcome::Expired { side, event } | JoinOutcome::Late { side, event } => {
+                    needs.push((*side, event.offset))
+                }
+            }
+        }
+        let mut needs = self.made_from.clone();
+        read(&self.outcome, &mut needs);
+        for step in &self.rest {
+            match step {
+                Step::Call { outcome, .. } => read(outcome, &mut needs),
+                Step::Reject { .. } => {}
+                Step::End { side, offset } => needs.push((*side, *offset)),
+            }
+        }
+        needs
+    }
+}
+
+/// The most a retry waits: the backoff doubles up to this.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The wait before retry `retry` (1: the first) of a failed call: `backoff`, doubled for each
+/// retry after the first, up to [`MAX_BACKOFF`].
+pub fn backoff_before(backoff: Duration, retry: u32) -> Duration {
+    let doublings = retry.saturating_sub(1).min(31);
+    backoff.saturating_mul(1u32 << doublings).min(MAX_BACKOFF)
+}
+
+/// `run`'s clock: what it was given, plus the time since the run started.
+#[derive(Clone, Copy)]
+struct Clock {
+    now_ms: i64,
+    started: Instant,
+}
+
+impl Clock {
+    fn ms(&self) -> i64 {
+        self.now_ms
+            .saturating_add(i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX))
+    }
 }
 
 /// How a task treats records it cannot use and calls that fail.
@@ -114,11 +215,15 @@ pub struct TaskPolicy {
 }
 
 /// Where a plugin's records may go. Never to the join's own input topics: a plugin writing there
-/// feeds the join its own results (one pair fed itself 21 times). With `allowed` set
-/// (`output.allowed_topics`), only to those and the default output topic.
+/// feeds the join its own results (one pair fed itself 21 times); nor to the repartition step's
+/// internal topics, which feed the join too (14 matches from one pair in 15 s). With `allowed`
+/// set (`output.allowed_topics`), only to those and the default output topic.
 #[derive(Clone, Debug, Default)]
 pub struct OutputTopics {
     pub inputs: [String; 2],
+    /// The internal topics the join could read (`<group>-<topic>-repartition` of either side,
+    /// whether or not that side is repartitioned now: the names are the host's).
+    pub internal: Vec<String>,
     pub allowed: Option<Vec<String>>,
 }
 
@@ -130,6 +235,13 @@ impl OutputTopics {
             return Some(format!(
                 "the plugin wrote to {topic:?}, an input topic of this join; that would feed the join its own \
                  results (write to output.topic or another topic)"
+            ));
+        }
+        if self.internal.iter().any(|t| t == topic) {
+            return Some(format!(
+                "the plugin wrote to {topic:?}, an internal topic of this join (its repartition \
+                 step's); the join reads it, so that would feed the join its own results (write \
+                 to output.topic or another topic)"
             ));
         }
         match &self.allowed {
@@ -235,6 +347,9 @@ pub struct Batch {
     bytes: usize,
     /// The run stopped at its budget: the task may have more records to take now.
     full: bool,
+    /// The (side, offset) of the events of each outcome acted on, for a task that parks: what it
+    /// holds back must stay readable after a restart.
+    sources: Vec<(Side, i64)>,
 }
 
 impl Batch {
@@ -321,6 +436,8 @@ pub struct PartitionTask {
     /// First offset of the unacknowledged batch, per side: not committable yet.
     pending_from: [Option<i64>; 2],
     halted: Option<String>,
+    /// A failed call waiting for its retry, and the work behind it.
+    parked: Option<Parked>,
     /// The points last handed out for commit; a halted task keeps committing these, since the
     /// record it halted on may have changed the state without its outcome being acted on.
     last_points: [CommitPoint; 2],
@@ -365,6 +482,7 @@ impl PartitionTask {
             pending: [None, None],
             pending_from: [None, None],
             halted: None,
+            parked: None,
             last_points: start,
             // Until the host says what time it is, no timestamp is too far ahead.
             latest_timestamp_ms: i64::MAX,
@@ -411,6 +529,16 @@ impl PartitionTask {
     /// `Some(reason)` once the task stopped on a failure under the `halt` policy.
     pub fn halted(&self) -> Option<&str> {
         self.halted.as_deref()
+    }
+
+    /// When a failed call waits for its retry (the task parked): the first time, on the clock
+    /// [`PartitionTask::run`] is given (ms), at which `run` makes it again; before that `run`
+    /// returns at once with an empty batch. `None`: not parked (or halted: never again).
+    pub fn parked_until(&self) -> Option<i64> {
+        match self.halted {
+            Some(_) => None,
+            None => self.parked.as_ref().map(|p| p.not_before_ms),
+        }
     }
 
     /// Records consumed but not processed yet.
@@ -504,25 +632,38 @@ impl PartitionTask {
     }
 
     /// Processes every record the queue allows at `now_ms`, or until the batch passes its budget
-    /// (bytes, or time). `sleep` waits between retries.
-    pub fn run(
-        &mut self,
-        now_ms: i64,
-        action: &mut dyn Action,
-        sleep: &mut dyn FnMut(Duration),
-    ) -> Batch {
+    /// (bytes, or time). A parked task first makes its failed call again, once `now_ms` reaches
+    /// [`PartitionTask::parked_until`] (before that it returns an empty batch at once), then what
+    /// was taken after it; a call that fails with retries left parks the task and ends the run.
+    /// `now_ms` is a clock that never goes back (the run loop's: ms since it started).
+    pub fn run(&mut self, now_ms: i64, action: &mut dyn Action) -> Batch {
         let mut batch = Batch::default();
+        if self
+            .parked
+            .as_ref()
+            .is_some_and(|p| now_ms < p.not_before_ms)
+        {
+            return batch;
+        }
+        let started = Instant::now();
+        let clock = Clock { now_ms, started };
+        if self.halted.is_none() {
+            self.resume(&mut batch, action, clock);
+        }
         let mut outcomes = Vec::new();
-        let started = std::time::Instant::now();
         let mut taken = 0u32;
         let mut out_of_time = false;
+        // A failed call usually took its deadline: the clock is read after every record from then.
+        let failed_before = self.counters.failed_calls;
         // Matches and expiries wait here to be made in one call (a plugin that takes batches);
         // anything else emitted first makes them, so that emits stay in record order.
         let batch_limit = action.batch_limit().max(1);
         let mut deferred: Vec<Deferred> = Vec::new();
-        while self.halted.is_none() && batch.bytes < self.batch_budget {
+        while self.halted.is_none() && self.parked.is_none() && batch.bytes < self.batch_budget {
             // The clock is read every few records: a read costs more than a Rust plugin's call.
-            if taken % 16 == 15 && self.time_budget.is_some_and(|b| started.elapsed() >= b) {
+            if (taken % 16 == 15 || self.counters.failed_calls != failed_before)
+                && self.time_budget.is_some_and(|b| started.elapsed() >= b)
+            {
                 out_of_time = true;
                 break;
             }
@@ -533,90 +674,210 @@ impl PartitionTask {
             let offset = event.offset;
             self.counters.records += 1;
             let replay = self.queue.is_replay(side, offset);
-            let before = RunPoint {
-                through: batch.through,
-                pending: self.pending,
-                pending_from: self.pending_from,
-            };
+            let before = self.run_point(&batch);
             let unjoined_tombstone =
                 event.value.is_none() && self.policy.tombstones != TombstonePolicy::Join;
             if admission != Admission::Join || unjoined_tombstone {
-                self.flush(&mut batch, &mut deferred, action, sleep);
+                self.flush(&mut batch, &mut deferred, action, clock);
                 if self.halted.is_some() {
                     break;
                 }
-            }
-            if admission == Admission::NullKey {
-                self.counters.null_keys += 1;
-                if !replay {
-                    self.reject(
-                        &mut batch,
-                        self.policy.null_keys,
-                        DeadLetterReason::NullKey,
-                        event,
-                    );
+                let rejection = if admission == Admission::NullKey {
+                    self.counters.null_keys += 1;
+                    (self.policy.null_keys == RecordPolicy::DeadLetter)
+                        .then_some(DeadLetterReason::NullKey)
+                } else if admission == Admission::FutureTimestamp {
+                    // A record from the far future would move stream time past every window: all
+                    // that follows would be late, across restarts. It is kept out of the join.
+                    self.counters.future_timestamps += 1;
+                    Some(DeadLetterReason::FutureTimestamp)
+                } else {
+                    self.counters.tombstones += 1;
+                    (self.policy.tombstones == TombstonePolicy::DeadLetter)
+                        .then_some(DeadLetterReason::Tombstone)
+                };
+                let rejection = rejection.filter(|_| !replay);
+                if let Some(parked) = &mut self.parked {
+                    // A deferred call before it failed: this record waits behind it.
+                    if let Some(reason) = rejection {
+                        parked.rest.push_back(Step::Reject { reason, event });
+                    }
+                    parked.rest.push_back(Step::End { side, offset });
+                    break;
                 }
-            } else if admission == Admission::FutureTimestamp {
-                // A record from the far future would move stream time past every window: all
-                // that follows would be late, across restarts. It is kept out of the join.
-                self.counters.future_timestamps += 1;
-                if !replay {
-                    self.reject(
-                        &mut batch,
-                        RecordPolicy::DeadLetter,
-                        DeadLetterReason::FutureTimestamp,
-                        event,
-                    );
-                }
-            } else if unjoined_tombstone {
-                self.counters.tombstones += 1;
-                if !replay && self.policy.tombstones == TombstonePolicy::DeadLetter {
-                    self.reject(
-                        &mut batch,
-                        RecordPolicy::DeadLetter,
-                        DeadLetterReason::Tombstone,
-                        event,
-                    );
+                if let Some(reason) = rejection {
+                    self.reject(&mut batch, RecordPolicy::DeadLetter, reason, event);
                 }
             } else {
                 outcomes.clear();
                 self.state.insert(side, event, &mut outcomes);
-                for outcome in outcomes.drain(..) {
+                let mut drained = outcomes.drain(..);
+                while let Some(outcome) = drained.next() {
                     if self.bounds.suppresses(side, offset, &outcome) {
                         self.counters.suppressed += 1;
                         continue;
                     }
+                    // The call to park on (a deferred one parked already: `None`).
+                    let mut park = None;
                     if batch_limit > 1 && !matches!(outcome, JoinOutcome::Late { .. }) {
-                        deferred.push(Deferred { outcome, before });
+                        deferred.push(Deferred {
+                            outcome,
+                            before,
+                            ends: Vec::new(),
+                        });
                         if deferred.len() >= batch_limit {
-                            self.flush(&mut batch, &mut deferred, action, sleep);
+                            self.flush(&mut batch, &mut deferred, action, clock);
                         }
                     } else {
-                        self.flush(&mut batch, &mut deferred, action, sleep);
-                        if self.halted.is_none() {
-                            self.act(&mut batch, outcome, action, sleep, None);
+                        self.flush(&mut batch, &mut deferred, action, clock);
+                        if self.parked.is_some() {
+                            self.parked_rest(Step::Call {
+                                outcome,
+                                first: None,
+                            });
+                        } else if self.halted.is_none() {
+                            park = self.act(&mut batch, outcome, action, None, 0);
                         }
                     }
-                    if self.halted.is_some() {
+                    if let Some(outcome) = park {
+                        self.park(&mut batch, before, outcome, 1, VecDeque::new(), clock);
+                    }
+                    if self.parked.is_some() {
+                        // The rest of this record waits behind the parked call.
+                        for outcome in drained.by_ref() {
+                            if self.bounds.suppresses(side, offset, &outcome) {
+                                self.counters.suppressed += 1;
+                            } else {
+                                self.parked_rest(Step::Call {
+                                    outcome,
+                                    first: None,
+                                });
+                            }
+                        }
+                        self.parked_rest(Step::End { side, offset });
+                    }
+                    if self.halted.is_some() || self.parked.is_some() {
                         break;
                     }
                 }
             }
-            if self.halted.is_some() {
-                // The record it halted on is not processed: nothing after the last commit is.
+            if self.halted.is_some() || self.parked.is_some() {
+                // The record it halted (or parked) on is not processed: nothing after the last
+                // commit is.
                 break;
             }
-            let i = ix(side);
-            self.pending[i] = Some(offset);
-            self.pending_from[i].get_or_insert(offset);
-            batch.through[i] = Some(offset);
+            self.processed(&mut batch, side, offset);
+            if let Some(last) = deferred.last_mut() {
+                last.ends.push((side, offset));
+            }
         }
-        self.flush(&mut batch, &mut deferred, action, sleep);
+        self.flush(&mut batch, &mut deferred, action, clock);
         batch.full = batch.bytes >= self.batch_budget || out_of_time;
         let stats = self.state.store_stats();
         self.counters.spilled_bytes = stats.spilled_bytes_total;
         self.counters.read_back_bytes = stats.read_back_bytes_total;
         batch
+    }
+
+    fn run_point(&self, batch: &Batch) -> RunPoint {
+        RunPoint {
+            through: batch.through,
+            pending: self.pending,
+            pending_from: self.pending_from,
+            emits: batch.emits.len(),
+            bytes: batch.bytes,
+            sources: batch.sources.len(),
+        }
+    }
+
+    /// A halt rolls back to `before`: the record halted on, and those after it, not processed.
+    fn roll_back(&mut self, batch: &mut Batch, before: RunPoint) {
+        batch.through = before.through;
+        self.pending = before.pending;
+        self.pending_from = before.pending_from;
+    }
+
+    /// The record at `offset` of `side` is in the batch, to count as processed once acknowledged.
+    fn processed(&mut self, batch: &mut Batch, side: Side, offset: i64) {
+        let i = ix(side);
+        self.pending[i] = Some(offset);
+        self.pending_from[i].get_or_insert(offset);
+        batch.through[i] = Some(offset);
+    }
+
+    /// `outcome`'s call failed (`attempts` made of it) with retries left: parks the task on it,
+    /// with `rest` after it. The run rolls back to `before`, the point before its record (taking
+    /// back out of the batch what the record emitted before the call, to go with it).
+    fn park(
+        &mut self,
+        batch: &mut Batch,
+        before: RunPoint,
+        outcome: JoinOutcome,
+        attempts: u32,
+        rest: VecDeque<Step>,
+        clock: Clock,
+    ) {
+        self.roll_back(batch, before);
+        let made: Vec<Emit> = batch.emits.drain(before.emits..).collect();
+        let made_from = batch
+            .sources
+            .split_off(before.sources.min(batch.sources.len()));
+        batch.bytes = before.bytes;
+        let wait = backoff_before(self.policy.backoff, attempts);
+        let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+        self.parked = Some(Parked {
+            made,
+            made_from,
+            outcome,
+            attempts,
+            rest,
+            not_before_ms: clock.ms().saturating_add(wait_ms),
+        });
+    }
+
+    /// Queues `step` behind the parked call.
+    fn parked_rest(&mut self, step: Step) {
+        if let Some(parked) = &mut self.parked {
+            parked.rest.push_back(step);
+        }
+    }
+
+    /// Makes the parked call again, then does what was taken after it, in order; parks again on
+    /// a call that fails with retries left.
+    fn resume(&mut self, batch: &mut Batch, action: &mut dyn Action, clock: Clock) {
+        let Some(parked) = self.parked.take() else {
+            return;
+        };
+        let mut before = self.run_point(batch);
+        for emit in parked.made {
+            batch.push(emit);
+        }
+        batch.sources.extend(parked.made_from);
+        let mut rest = parked.rest;
+        let mut next = Some((parked.outcome, None, parked.attempts));
+        loop {
+            if let Some((outcome, first, attempts)) = next.take() {
+                if let Some(outcome) = self.act(batch, outcome, action, first, attempts) {
+                    self.park(batch, before, outcome, attempts + 1, rest, clock);
+                    return;
+                }
+                if self.halted.is_some() {
+                    self.roll_back(batch, before);
+                    return;
+                }
+            }
+            match rest.pop_front() {
+                None => return,
+                Some(Step::Call { outcome, first }) => next = Some((outcome, first, 0)),
+                Some(Step::Reject { reason, event }) => {
+                    self.reject(batch, RecordPolicy::DeadLetter, reason, event)
+                }
+                Some(Step::End { side, offset }) => {
+                    self.processed(batch, side, offset);
+                    before = self.run_point(batch);
+                }
+            }
+        }
     }
 
     fn reject(
@@ -636,13 +897,15 @@ impl PartitionTask {
     }
 
     /// Makes the deferred calls (in one batch when there are several), then acts on their
-    /// results in order. A halt rolls the run back to before the record of the call it halted on.
+    /// results in order. A halt rolls the run back to before the record of the call it halted on;
+    /// a call with retries left parks the task there, the deferred calls after it (with their
+    /// results) and the records ended since waiting behind it.
     fn flush(
         &mut self,
         batch: &mut Batch,
         deferred: &mut Vec<Deferred>,
         action: &mut dyn Action,
-        sleep: &mut dyn FnMut(Duration),
+        clock: Clock,
     ) {
         if deferred.is_empty() {
             return;
@@ -656,54 +919,73 @@ impl PartitionTask {
             None
         };
         let mut results = results.map(Vec::into_iter);
-        for d in deferred.drain(..) {
+        let mut drained = deferred.drain(..);
+        while let Some(d) = drained.next() {
             let first = results.as_mut().and_then(Iterator::next);
-            self.act(batch, d.outcome, action, sleep, first);
+            if let Some(outcome) = self.act(batch, d.outcome, action, first, 0) {
+                let ends = |ends: Vec<(Side, i64)>| {
+                    ends.into_iter()
+                        .map(|(side, offset)| Step::End { side, offset })
+                };
+                let mut rest: VecDeque<Step> = ends(d.ends).collect();
+                for d in drained.by_ref() {
+                    let first = results.as_mut().and_then(Iterator::next);
+                    rest.push_back(Step::Call {
+                        outcome: d.outcome,
+                        first,
+                    });
+                    rest.extend(ends(d.ends));
+                }
+                self.park(batch, d.before, outcome, 1, rest, clock);
+                break;
+            }
             if self.halted.is_some() {
-                batch.through = d.before.through;
-                self.pending = d.before.pending;
-                self.pending_from = d.before.pending_from;
+                self.roll_back(batch, d.before);
                 break;
             }
         }
     }
 
     /// Calls the action for `outcome` and emits what it returned. `first`: the result of a first
-    /// attempt already made (in a batch).
+    /// attempt already made (in a batch); `attempts`: attempts made before (a parked call's).
+    /// A failed call with retries left is handed back, for the caller to park the task on.
     fn act(
         &mut self,
         batch: &mut Batch,
         outcome: JoinOutcome,
         action: &mut dyn Action,
-        sleep: &mut dyn FnMut(Duration),
-        first: Option<Result<Vec<OutputRecord>, ActionFailure>>,
-    ) {
-        let (inputs, result) = match outcome {
-            JoinOutcome::Late { event, .. } => {
+        first: Option<CallResult>,
+        attempts: u32,
+    ) -> Option<JoinOutcome> {
+        let (inputs, result) = match &outcome {
+            JoinOutcome::Late { side, event } => {
                 self.counters.late += 1;
+                batch.sources.push((*side, event.offset));
+                let JoinOutcome::Late { event, .. } = outcome else {
+                    unreachable!()
+                };
                 let event = Arc::unwrap_or_clone(event);
                 self.reject(batch, self.policy.late, DeadLetterReason::Late, event);
-                return;
+                return None;
             }
             JoinOutcome::Match { left, right } => {
-                self.counters.matches += 1;
-                let result = self.with_retries(
-                    sleep,
-                    first,
-                    |a| a.on_match(left.key_bytes(), &left, &right),
-                    action,
-                );
-                (vec![left, right], result)
+                if attempts == 0 {
+                    self.counters.matches += 1;
+                }
+                batch.sources.push((Side::Left, left.offset));
+                batch.sources.push((Side::Right, right.offset));
+                let result =
+                    first.unwrap_or_else(|| action.on_match(left.key_bytes(), left, right));
+                (vec![left.clone(), right.clone()], result)
             }
             JoinOutcome::Expired { side, event } => {
-                self.counters.expiries += 1;
-                let result = self.with_retries(
-                    sleep,
-                    first,
-                    |a| a.on_expire(event.key_bytes(), &event, side),
-                    action,
-                );
-                (vec![event], result)
+                if attempts == 0 {
+                    self.counters.expiries += 1;
+                }
+                batch.sources.push((*side, event.offset));
+                let result =
+                    first.unwrap_or_else(|| action.on_expire(event.key_bytes(), event, *side));
+                (vec![event.clone()], result)
             }
         };
         match result {
@@ -720,20 +1002,25 @@ impl PartitionTask {
                     }
                 }
             }
-            Err(failure) => match self.policy.failure {
-                FailurePolicy::DeadLetter => {
-                    self.counters.dead_lettered += inputs.len() as u64;
-                    batch.push(Emit::DeadLetter(DeadLetter {
-                        reason: DeadLetterReason::Failed {
-                            failure,
-                            plugin_version: action.version(),
-                        },
-                        inputs,
-                    }));
-                }
-                FailurePolicy::Halt => {
-                    self.halted =
-                        Some(format!(
+            Err(_) if attempts < self.policy.retries => {
+                self.counters.failed_calls += 1;
+                return Some(outcome);
+            }
+            Err(failure) => {
+                self.counters.failed_calls += 1;
+                match self.policy.failure {
+                    FailurePolicy::DeadLetter => {
+                        self.counters.dead_lettered += inputs.len() as u64;
+                        batch.push(Emit::DeadLetter(DeadLetter {
+                            reason: DeadLetterReason::Failed {
+                                failure,
+                                plugin_version: action.version(),
+                            },
+                            inputs,
+                        }));
+                    }
+                    FailurePolicy::Halt => {
+                        self.halted = Some(format!(
                         "task {} halted: the plugin failed ({}) on key {:?} at offsets {:?}: {}",
                         self.partition,
                         failure.kind,
@@ -741,9 +1028,11 @@ impl PartitionTask {
                         inputs.iter().map(|e| (&*e.topic, e.offset)).collect::<Vec<_>>(),
                         failure.message
                     ));
+                    }
                 }
-            },
+            }
         }
+        None
     }
 
     /// An output made from `inputs` cannot be produced (`error` says why): under
@@ -772,31 +1061,6 @@ impl PartitionTask {
         }
     }
 
-    fn with_retries(
-        &mut self,
-        sleep: &mut dyn FnMut(Duration),
-        mut first: Option<Result<Vec<OutputRecord>, ActionFailure>>,
-        mut call: impl FnMut(&mut dyn Action) -> Result<Vec<OutputRecord>, ActionFailure>,
-        action: &mut dyn Action,
-    ) -> Result<Vec<OutputRecord>, ActionFailure> {
-        let mut backoff = self.policy.backoff;
-        let mut attempt = 0;
-        loop {
-            match first.take().unwrap_or_else(|| call(action)) {
-                Ok(records) => return Ok(records),
-                Err(failure) => {
-                    self.counters.failed_calls += 1;
-                    if attempt >= self.policy.retries {
-                        return Err(failure);
-                    }
-                    attempt += 1;
-                    sleep(backoff);
-                    backoff = backoff.saturating_mul(2);
-                }
-            }
-        }
-    }
-
     /// The batch's emits are durable: its records now count as processed.
     pub fn acknowledge(&mut self, batch: Batch) {
         for i in 0..2 {
@@ -810,16 +1074,19 @@ impl PartitionTask {
         }
     }
 
-    /// What to commit for the left and the right partition now.
+    /// What to commit for the left and the right partition now. A parked task's points stay at
+    /// or before what it holds back (its record, the records after it, the events of its calls).
     pub fn commit_points(&mut self) -> [CommitPoint; 2] {
         if self.halted.is_some() {
             return self.last_points;
         }
+        let parked = self.parked.as_ref().map(Parked::needs).unwrap_or_default();
         self.last_points = [Side::Left, Side::Right].map(|side| {
             let i = ix(side);
             let needed = self
                 .state
                 .needed_offsets()
+                .chain(parked.iter().copied())
                 .filter(|(s, _)| *s == side)
                 .map(|(_, o)| o)
                 .chain(self.queue.first_offset(side))

@@ -4,11 +4,12 @@
 //! fetch brings one partition's records at a time, and a task may wait for its other side), and
 //! a fixed deal left one worker idle while another ran. A task runs on one thread per round, so
 //! its records stay in order; it may run on another worker (plugin instance) the next round. A
-//! small round runs on the calling thread, dealt by position. Pure: no Kafka, no plugin runtime.
+//! small round runs on the calling thread, dealt by position. A task waiting to retry a failed
+//! call holds no worker: its `run` returns at once until its backoff passed (it parked). Pure: no
+//! Kafka, no plugin runtime.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
 
 use super::{Action, Batch, PartitionTask};
 
@@ -17,14 +18,13 @@ use super::{Action, Batch, PartitionTask};
 pub const MIN_PARALLEL_RECORDS: usize = 64;
 
 /// Runs every task in `tasks` (ordered by partition) once, and returns each task's batch in the
-/// same order. `sleep` waits between retries of a failed call.
+/// same order.
 pub fn run_round<A: Action + Send>(
     tasks: Vec<&mut PartitionTask>,
     actions: &mut [A],
     now_ms: i64,
-    sleep: &(dyn Fn(Duration) + Sync),
 ) -> Vec<(i32, Batch)> {
-    run_round_beside(tasks, actions, now_ms, sleep, None)
+    run_round_beside(tasks, actions, now_ms, None)
 }
 
 /// Work for the calling thread while the workers run a round: called with a probe that says
@@ -39,7 +39,6 @@ pub fn run_round_beside<A: Action + Send>(
     tasks: Vec<&mut PartitionTask>,
     actions: &mut [A],
     now_ms: i64,
-    sleep: &(dyn Fn(Duration) + Sync),
     beside: Option<Beside<'_>>,
 ) -> Vec<(i32, Batch)> {
     assert!(!actions.is_empty(), "a host has at least one worker");
@@ -55,8 +54,7 @@ pub fn run_round_beside<A: Action + Send>(
         }
         for (group, action) in groups.into_iter().zip(actions.iter_mut()) {
             for (i, task) in group {
-                let mut sleep = |d| sleep(d);
-                results.push((i, task.partition, task.run(now_ms, action, &mut sleep)));
+                results.push((i, task.partition, task.run(now_ms, action)));
             }
         }
     } else {
@@ -79,8 +77,7 @@ pub fn run_round_beside<A: Action + Send>(
             loop {
                 let next = list.lock().unwrap_or_else(|p| p.into_inner()).pop();
                 let Some((i, task)) = next else { break };
-                let mut sleep = |d| sleep(d);
-                mine.push((i, task.partition, task.run(now_ms, action, &mut sleep)));
+                mine.push((i, task.partition, task.run(now_ms, action)));
             }
             done.lock().unwrap_or_else(|p| p.into_inner()).extend(mine);
         };

@@ -122,6 +122,57 @@ fn a_sleep_past_the_deadline_traps_as_timeout_at_once_and_a_short_one_runs() {
 }
 
 #[test]
+fn a_pollable_made_in_init_cannot_outlast_a_call_s_deadline() {
+    // `init` (10 s deadline) makes a 9 s clock pollable and keeps it; the call waits on it under
+    // 200 ms, through `pollable.block` and through `wasi:io/poll.poll`.
+    for key in ["held-block-1", "held-poll-1"] {
+        let mut worker = registry("misbehave.wasm", limits(), &[("hold-wait", "9000")])
+            .handle()
+            .unwrap();
+        let started = Instant::now();
+        let result = call(&mut worker, key);
+        let took = started.elapsed();
+        // Before the fix the call waited the pollable's full 9 s.
+        assert!(
+            took < Duration::from_secs(3),
+            "{key} took {took:?}: {result:?}"
+        );
+        assert!(
+            took >= Duration::from_millis(200),
+            "{key} trapped before its deadline: {took:?}"
+        );
+        let err = result.unwrap_err();
+        assert_eq!(err.kind(), FailureKind::Timeout, "{key}: {err}");
+        assert!(
+            err.message().contains("not ready by its call's deadline"),
+            "{err}"
+        );
+        assert!(call(&mut worker, "ok-9").is_ok());
+        assert_eq!(worker.restarts(), 1);
+    }
+}
+
+#[test]
+fn a_pollable_ready_before_the_deadline_is_waited_on() {
+    // `poll` answers as soon as one pollable is ready: here the 20 ms one made in the call.
+    let mut worker = registry("misbehave.wasm", limits(), &[("hold-wait", "9000")])
+        .handle()
+        .unwrap();
+    let out = call(&mut worker, "held-or-nap-1").expect("a 20 ms pollable fits a 200 ms deadline");
+    assert_eq!(out[0].value.as_deref(), Some(&b"ready [1]"[..]));
+
+    // A pollable made in `init` that gets ready within the call's deadline.
+    let mut worker = registry("misbehave.wasm", limits(), &[("hold-wait", "100")])
+        .handle()
+        .unwrap();
+    let out = call(&mut worker, "held-block-2").expect("ready within the deadline");
+    assert_eq!(out[0].value.as_deref(), Some(&b"held pollable ready"[..]));
+    let out = call(&mut worker, "held-poll-2").expect("ready already");
+    assert_eq!(out[0].value.as_deref(), Some(&b"ready [0]"[..]));
+    assert_eq!(worker.restarts(), 0);
+}
+
+#[test]
 fn an_init_that_sleeps_past_its_deadline_fails_at_once() {
     let engine = super::engine();
     let limits = PluginLimits {

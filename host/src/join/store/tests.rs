@@ -220,8 +220,12 @@ fn spilling_store(base: &std::path::Path) -> (EventStore, Arc<SpillDir>) {
     (store, dir)
 }
 
+/// Spill files in `dir`, its lock file not counted.
 fn files_in(dir: &std::path::Path) -> usize {
-    std::fs::read_dir(dir).map_or(0, |d| d.count())
+    std::fs::read_dir(dir).map_or(0, |d| {
+        d.filter(|e| e.as_ref().is_ok_and(|e| e.file_name() != "lock"))
+            .count()
+    })
 }
 
 #[test]
@@ -360,14 +364,27 @@ fn a_spill_dir_removes_the_leftovers_of_dead_processes_only_and_goes_with_its_la
     let other = base.path().join("cojoin-data");
     std::fs::create_dir_all(&other).unwrap();
 
+    // The old layout with our own pid: maybe an older host's in another PID namespace.
+    let same_pid = base.path().join(format!("cojoin-{}", std::process::id()));
+    std::fs::create_dir_all(&same_pid).unwrap();
+
     let dir = SpillDir::create(base.path()).unwrap();
     let _ = child.kill();
     let _ = child.wait();
     assert!(!dead.exists(), "a dead process's files are removed");
     assert!(live.exists(), "a running process's files are kept");
+    assert!(
+        same_pid.exists(),
+        "a directory of the old layout with our pid is kept"
+    );
     assert!(other.exists(), "what is not ours is kept");
-    let own = base.path().join(format!("cojoin-{}", std::process::id()));
-    assert_eq!(dir.path(), own);
+    let own = dir.path().to_owned();
+    assert_eq!(own.parent(), Some(base.path()));
+    let name = own.file_name().unwrap().to_str().unwrap();
+    assert!(
+        name.starts_with(&format!("cojoin-{}-", std::process::id())),
+        "{name}"
+    );
     assert!(own.is_dir());
     let second_user = dir.clone();
     drop(dir);
@@ -398,4 +415,245 @@ fn a_failed_spill_keeps_the_segment_in_ram_and_stops_spilling() {
         assert_eq!(store.event(*h), *e);
     }
     assert_eq!(store.live().count(), 30);
+}
+
+fn store_in(dir: Arc<SpillDir>) -> EventStore {
+    let mut store = EventStore::default();
+    store.spill_to(dir);
+    store.set_budget(0);
+    store
+}
+
+fn is_inside(path: &std::path::Path, dir: &std::path::Path) -> bool {
+    path.parent() == Some(dir)
+}
+
+#[test]
+fn two_hosts_with_the_same_pid_get_their_own_directories_and_keep_their_own_events() {
+    // Two hosts in two containers sharing state.dir, both pid 1.
+    let base = tempfile::tempdir().unwrap();
+    let a = SpillDir::create_for_pid(base.path(), 1).unwrap();
+    let b = SpillDir::create_for_pid(base.path(), 1).unwrap();
+    assert_ne!(a.path(), b.path());
+    for d in [&a, &b] {
+        let name = d.path().file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with("cojoin-1-"), "{name}");
+        assert!(d.path().join("lock").is_file());
+    }
+    let (mut store_a, mut store_b) = (store_in(a.clone()), store_in(b.clone()));
+    let events = |fill: fn(i64) -> u8| -> Vec<Event> {
+        (0..60)
+            .map(|i| event(i, b"k", Some(vec![fill(i); 3_000]), Vec::new()))
+            .collect()
+    };
+    let (events_a, events_b) = (events(|i| i as u8), events(|i| 255 - i as u8));
+    let mut handles_a = Vec::new();
+    let mut handles_b = Vec::new();
+    // Interleaved, as two hosts spill at the same time.
+    for (ea, eb) in events_a.iter().zip(&events_b) {
+        handles_a.push(store_a.push(ea, links(Side::Left)));
+        handles_b.push(store_b.push(eb, links(Side::Left)));
+    }
+    let (paths_a, paths_b) = (store_a.spill_paths(), store_b.spill_paths());
+    assert!(!paths_a.is_empty() && !paths_b.is_empty());
+    assert!(
+        paths_a.iter().all(|p| is_inside(p, a.path())),
+        "{paths_a:?}"
+    );
+    assert!(
+        paths_b.iter().all(|p| is_inside(p, b.path())),
+        "{paths_b:?}"
+    );
+    for (h, e) in handles_b.iter().zip(&events_b) {
+        assert_eq!(store_b.event(*h), *e);
+    }
+    // One host goes: the other's files and events stay.
+    drop(store_b);
+    drop(b);
+    assert!(paths_a.iter().all(|p| p.is_file()));
+    assert!(a.path().join("lock").is_file());
+    for (h, e) in handles_a.iter().zip(&events_a) {
+        assert_eq!(store_a.event(*h), *e);
+    }
+    let path_a = a.path().to_owned();
+    drop(store_a);
+    drop(a);
+    assert!(!path_a.exists());
+}
+
+#[test]
+fn leftovers_are_removed_by_their_lock_and_a_locked_directory_never_whatever_its_pid() {
+    let base = tempfile::tempdir().unwrap();
+    // A live host whose pid is no process here (another PID namespace): its lock is held.
+    let live = SpillDir::create_for_pid(base.path(), 4_000_000_000).unwrap();
+    std::fs::write(live.path().join("0.seg"), b"live").unwrap();
+    // A host that died: its lock file is there, locked by nobody.
+    let dead = base.path().join("cojoin-4000000001-00000000000000ff");
+    std::fs::create_dir(&dead).unwrap();
+    std::fs::write(dead.join("lock"), b"").unwrap();
+    std::fs::write(dead.join("0.seg"), b"dead").unwrap();
+    // No lock file: being created right now if not empty, removed if empty.
+    let starting = base.path().join("cojoin-4000000002-0000000000000001");
+    std::fs::create_dir(&starting).unwrap();
+    std::fs::write(starting.join("x"), b"").unwrap();
+    let empty = base.path().join("cojoin-4000000003-0000000000000002");
+    std::fs::create_dir(&empty).unwrap();
+    // Not a spill directory.
+    let other = base.path().join("cojoin-4000000004-not-hex");
+    std::fs::create_dir(&other).unwrap();
+
+    let dir = SpillDir::create(base.path()).unwrap();
+    assert!(
+        live.path().join("0.seg").is_file(),
+        "a locked directory is kept"
+    );
+    assert!(!dead.exists(), "an unlocked leftover is removed");
+    assert!(starting.exists());
+    assert!(!empty.exists());
+    assert!(other.exists());
+    assert_ne!(dir.path(), live.path());
+
+    drop(dir);
+    drop(live);
+
+    // A host in another process: kept while it holds its lock, removed once it was killed.
+    let other_host = base.path().join("cojoin-1-0000000000000005");
+    std::fs::create_dir(&other_host).unwrap();
+    let lock = other_host.join("lock");
+    std::fs::write(&lock, b"").unwrap();
+    // The shell locks its fd 9 with flock(1) and becomes `sleep`, which holds the lock.
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", r#"exec 9>>"$0" && flock -n 9 && exec sleep 30"#])
+        .arg(&lock)
+        .spawn()
+        .expect("sh and flock(1) of util-linux");
+    while std::fs::File::open(&lock).unwrap().try_lock().is_ok() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    drop(SpillDir::create_for_pid(base.path(), 1).unwrap());
+    assert!(other_host.exists(), "its lock is held");
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(SpillDir::create_for_pid(base.path(), 1).unwrap());
+    assert!(!other_host.exists(), "its host is gone");
+}
+
+/// The message of the panic `f` ends in.
+fn panic_message(f: impl FnOnce()) -> String {
+    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .expect_err("a damaged spill file stops the task");
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_else(|| payload.downcast_ref::<&str>().unwrap().to_string())
+}
+
+/// Overwrites one byte of `path` at `at` with another value.
+fn flip_byte(path: &std::path::Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x5a], at).unwrap();
+}
+
+#[test]
+fn a_spilled_event_changed_on_disk_is_an_error_naming_the_file_never_a_wrong_event() {
+    let base = tempfile::tempdir().unwrap();
+    let (mut store, _dir) = spilling_store(base.path());
+    let events: Vec<Event> = (0..40)
+        .map(|i| event(i, b"key", Some(vec![i as u8; 3_000]), Vec::new()))
+        .collect();
+    let handles: Vec<Handle> = events
+        .iter()
+        .map(|e| store.push(e, links(Side::Left)))
+        .collect();
+    let path = store.spill_paths()[0].clone();
+    // The first event opens the first segment, at the start of the file.
+    assert_eq!(handles[0] & u64::from(u32::MAX), 0);
+    // Its links change in place on disk, checksums with them.
+    store.set_next(handles[0], handles[1]);
+    assert_eq!(store.event(handles[0]), events[0]);
+    // A byte of its value, and one of its key, as another process would write them.
+    flip_byte(&path, (HEADER + 3 + 100) as u64);
+    for read in [
+        Box::new(|s: &mut EventStore| drop(s.event(handles[0]))) as Box<dyn Fn(&mut EventStore)>,
+        Box::new(|s: &mut EventStore| {
+            let _ = s.key_is(handles[0], b"key");
+        }),
+        Box::new(|s: &mut EventStore| s.set_next(handles[0], handles[2])),
+        Box::new(|s: &mut EventStore| s.read_back(handles[0])),
+    ] {
+        let msg = panic_message(|| read(&mut store));
+        assert!(
+            msg.contains(&path.display().to_string()) && msg.contains("not what this host wrote"),
+            "{msg}"
+        );
+        assert!(msg.contains("bytes 0..4096"), "{msg}");
+    }
+    // Events in other blocks read as before: the third segment starts past the first block (the
+    // first two, of 4 and 8 KiB, hold three events of 3,045 bytes).
+    let far = handles
+        .iter()
+        .position(|h| h >> 32 >= (handles[0] >> 32) + 2)
+        .unwrap();
+    assert_eq!(far, 3);
+    assert_eq!(store.event(handles[far]), events[far]);
+}
+
+#[test]
+fn every_read_of_a_spill_file_checks_the_blocks_it_touches() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = SpillDir::create(base.path()).unwrap();
+    let mut spill = Spill::new(dir);
+    let bytes = |len: usize, seed: u8| -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect()
+    };
+    // Segments across block boundaries: file bytes 0..5000, 5000..305000, 305000..305010.
+    let segments = [bytes(5_000, 1), bytes(300_000, 2), bytes(10, 3)];
+    let disks: Vec<Disk> = segments.iter().map(|s| spill.write(s).unwrap()).collect();
+    for (d, s) in disks.iter().zip(&segments) {
+        let mut buf = vec![0; s.len()];
+        spill.read(d, 0, &mut buf);
+        assert_eq!(&buf, s);
+    }
+    // An overwrite across a block boundary (file byte 8190..8200) keeps its blocks' checksums.
+    spill.write_at(&disks[1], 3_190, &[9; 10]);
+    let mut want = segments[1].clone();
+    want[3_190..3_200].fill(9);
+    assert_eq!(spill.read_back(&disks[1]), want);
+
+    // Damage file byte 200_000: the block 196_608..200_704, in the middle of the second segment.
+    let path = spill.paths()[0].clone();
+    flip_byte(&path, 200_000);
+    let mut small = [0; 8];
+    spill.read(&disks[1], 100_000, &mut small);
+    spill.read(&disks[2], 0, &mut small);
+    let damaged = |msg: String| {
+        assert!(
+            msg.contains(&path.display().to_string()) && msg.contains("bytes 196608..200704"),
+            "{msg}"
+        );
+    };
+    damaged(panic_message(|| {
+        spill.read(&disks[1], 195_000, &mut small);
+    }));
+    damaged(panic_message(|| spill.write_at(&disks[1], 195_000, &[1])));
+    damaged(panic_message(|| drop(spill.read_back(&disks[1]))));
+
+    // A file cut short is an error naming it too.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(304_000)
+        .unwrap();
+    let msg = panic_message(|| spill.read(&disks[2], 0, &mut small));
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
 }

@@ -1,5 +1,5 @@
-use std::sync::Mutex;
 use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
@@ -8,10 +8,11 @@ use crate::join::{JoinKind, JoinWindow};
 use crate::task::tests::FRESH;
 use crate::task::{ActionFailure, Emit, TaskPolicy};
 
-/// Answers every match with "left+right" offsets (or fails it, when `fails`), and notes which
-/// thread it ran on.
+/// Answers every match with "left+right" offsets (or fails it, when `fails` or on a key starting
+/// with "bad"), and notes which thread it ran on and the key.
 struct Echo {
     threads: Vec<ThreadId>,
+    keys: Vec<String>,
     fails: bool,
     /// How long each call takes.
     pause: Duration,
@@ -25,8 +26,9 @@ impl Action for Echo {
         right: &Event,
     ) -> Result<Vec<OutputRecord>, ActionFailure> {
         self.threads.push(std::thread::current().id());
+        self.keys.push(String::from_utf8_lossy(key).into_owned());
         std::thread::sleep(self.pause);
-        if self.fails {
+        if self.fails || key.starts_with(b"bad") {
             return Err(ActionFailure {
                 kind: crate::event::FailureKind::Crash,
                 message: "boom".into(),
@@ -57,6 +59,7 @@ impl Action for Echo {
 fn echo() -> Echo {
     Echo {
         threads: Vec::new(),
+        keys: Vec::new(),
         fails: false,
         pause: Duration::ZERO,
     }
@@ -86,25 +89,30 @@ fn tasks(tasks: i32, pairs: i64) -> Vec<PartitionTask> {
     (0..tasks)
         .map(|p| {
             let mut task = PartitionTask::new(p, policy(), FRESH);
-            for i in 0..pairs {
-                for side in [Side::Left, Side::Right] {
-                    task.push(
-                        side,
-                        Event {
-                            topic: format!("{side:?}").into(),
-                            partition: p,
-                            offset: i,
-                            timestamp: 1_000 + i,
-                            key: Some(format!("k{i}").into_bytes().into()),
-                            value: Some(b"v".to_vec().into()),
-                            headers: Box::default(),
-                        },
-                    );
-                }
-            }
+            push_pairs(&mut task, 0..pairs, "k");
             task
         })
         .collect()
+}
+
+/// Matching left/right pairs at `offsets`, keyed `<prefix><offset>`.
+fn push_pairs(task: &mut PartitionTask, offsets: std::ops::Range<i64>, prefix: &str) {
+    for i in offsets {
+        for side in [Side::Left, Side::Right] {
+            task.push(
+                side,
+                Event {
+                    topic: format!("{side:?}").into(),
+                    partition: task.partition,
+                    offset: i,
+                    timestamp: 1_000 + i,
+                    key: Some(format!("{prefix}{i}").into_bytes().into()),
+                    value: Some(b"v".to_vec().into()),
+                    headers: Box::default(),
+                },
+            );
+        }
+    }
 }
 
 /// Every emit of a round as text, in the order returned.
@@ -123,17 +131,15 @@ fn outputs(batches: &[(i32, Batch)]) -> Vec<String> {
         .collect()
 }
 
-fn no_sleep(_: Duration) {}
-
 #[test]
 fn several_workers_give_the_same_batches_in_the_same_order_as_one() {
     let mut alone = tasks(6, 50);
     let mut one = [echo()];
-    let want = run_round(alone.iter_mut().collect(), &mut one, 0, &no_sleep);
+    let want = run_round(alone.iter_mut().collect(), &mut one, 0);
 
     let mut shared = tasks(6, 50);
     let mut three = [echo(), echo(), echo()];
-    let got = run_round(shared.iter_mut().collect(), &mut three, 0, &no_sleep);
+    let got = run_round(shared.iter_mut().collect(), &mut three, 0);
 
     assert_eq!(
         got.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
@@ -172,7 +178,7 @@ fn a_worker_free_early_takes_the_next_task() {
         ..echo()
     };
     let mut two = [slow(), slow()];
-    let got = run_round(list.iter_mut().collect(), &mut two, 0, &no_sleep);
+    let got = run_round(list.iter_mut().collect(), &mut two, 0);
     assert_eq!(outputs(&got).len(), 40 + 5 * 2);
     let mut counts: Vec<usize> = two.iter().map(|a| a.threads.len()).collect();
     counts.sort_unstable();
@@ -187,7 +193,7 @@ fn a_worker_free_early_takes_the_next_task() {
 fn a_small_round_keeps_the_deal_but_runs_on_the_calling_thread() {
     let mut few = tasks(4, 2);
     let mut two = [echo(), echo()];
-    let got = run_round(few.iter_mut().collect(), &mut two, 0, &no_sleep);
+    let got = run_round(few.iter_mut().collect(), &mut two, 0);
     assert_eq!(outputs(&got).len(), 4 * 2);
     // Tasks 0 and 2 on the first worker, 1 and 3 on the second, as in a large round.
     assert_eq!(two[0].threads.len(), 2 * 2);
@@ -200,36 +206,98 @@ fn a_small_round_keeps_the_deal_but_runs_on_the_calling_thread() {
 fn more_workers_than_tasks_leaves_the_extra_ones_idle() {
     let mut one_task = tasks(1, 100);
     let mut four = [echo(), echo(), echo(), echo()];
-    let got = run_round(one_task.iter_mut().collect(), &mut four, 0, &no_sleep);
+    let got = run_round(one_task.iter_mut().collect(), &mut four, 0);
     assert_eq!(outputs(&got).len(), 100);
     assert_eq!(four[0].threads.len(), 100);
     assert!(four[1..].iter().all(|a| a.threads.is_empty()));
 }
 
 #[test]
-fn retries_sleep_through_the_given_function_on_every_thread() {
-    let slept = Mutex::new(0);
-    let sleep = |_: Duration| *slept.lock().unwrap() += 1;
-    let mut two_tasks = tasks(2, 40);
-    for t in &mut two_tasks {
-        t.policy.retries = 1;
+fn a_task_that_backs_off_holds_no_worker_and_the_other_tasks_go_on() {
+    // Task 0's first pair fails on every attempt (retries 5, backoff 1 s: 31 s of waiting, which
+    // used to be slept on a worker while the round, and every other task, waited).
+    let mut list = tasks(2, 0);
+    push_pairs(&mut list[0], 0..1, "bad");
+    push_pairs(&mut list[0], 1..40, "k");
+    push_pairs(&mut list[1], 0..40, "k");
+    for t in &mut list {
+        t.policy.retries = 5;
+        t.policy.backoff = Duration::from_secs(1);
     }
-    let failing = || Echo {
-        fails: true,
-        ..echo()
+    let mut two = [echo(), echo()];
+    let bad_calls = |two: &[Echo; 2]| {
+        two.iter()
+            .flat_map(|a| &a.keys)
+            .filter(|k| k.starts_with("bad"))
+            .count()
     };
-    let mut two = [failing(), failing()];
-    let got = run_round(two_tasks.iter_mut().collect(), &mut two, 0, &sleep);
-    assert_eq!(*slept.lock().unwrap(), 2 * 40, "one retry per failed match");
-    assert!(outputs(&got).iter().all(|o| o.contains("dead letter")));
-    assert_eq!(outputs(&got).len(), 2 * 40);
+    let started = Instant::now();
+    let got = run_round(list.iter_mut().collect(), &mut two, 0);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        outputs(&got[1..]).len(),
+        40,
+        "the other task did all its records"
+    );
+    assert!(got[0].1.emits.is_empty(), "{:?}", outputs(&got[..1]));
+    assert_eq!(bad_calls(&two), 1);
+    let until = list[0].parked_until().expect("task 0 parked");
+    assert!((1_000..1_100).contains(&until), "{until}");
+    assert_eq!(list[1].parked_until(), None);
+    for (task, (_, batch)) in list.iter_mut().zip(got) {
+        task.acknowledge(batch);
+    }
+
+    // Meanwhile the other task takes new records at once; the parked one makes no call.
+    let mut now = 500;
+    push_pairs(&mut list[1], 40..50, "k");
+    let got = run_round(list.iter_mut().collect(), &mut two, now);
+    assert_eq!(outputs(&got).len(), 10);
+    assert_eq!(bad_calls(&two), 1);
+
+    // Each retry once its backoff passed, on a later round; the last attempt dead-letters.
+    let mut waits = Vec::new();
+    let mut last = Vec::new();
+    let mut previous = 0;
+    while let Some(until) = list[0].parked_until() {
+        assert!(until >= now, "the waits add up");
+        waits.push((until - previous + 50) / 1000);
+        previous = until;
+        now = until;
+        let started = Instant::now();
+        last = outputs(&run_round(list.iter_mut().collect(), &mut two, now));
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(waits, [1, 2, 4, 8, 16]);
+    assert_eq!(bad_calls(&two), 6);
+    assert_eq!(last.len(), 40, "{last:?}");
+    assert!(last[0].starts_with("0: dead letter Failed"), "{last:?}");
+    assert!(last[1..]
+        .iter()
+        .all(|o| o.starts_with("0: ") && !o.contains("dead letter")));
+    assert_eq!(
+        (
+            list[0].counters.failed_calls,
+            list[0].counters.dead_lettered,
+            list[0].counters.matches
+        ),
+        (6, 2, 40)
+    );
 }
 
 #[test]
 fn beside_runs_on_the_calling_thread_while_every_group_runs_on_its_own() {
     let mut alone = tasks(6, 50);
     let mut one = [echo()];
-    let want = run_round(alone.iter_mut().collect(), &mut one, 0, &no_sleep);
+    let want = run_round(alone.iter_mut().collect(), &mut one, 0);
 
     let mut shared = tasks(6, 50);
     let mut two = [echo(), echo()];
@@ -242,13 +310,7 @@ fn beside_runs_on_the_calling_thread_while_every_group_runs_on_its_own() {
         }
         ended_idle = !running();
     };
-    let got = run_round_beside(
-        shared.iter_mut().collect(),
-        &mut two,
-        0,
-        &no_sleep,
-        Some(&mut beside),
-    );
+    let got = run_round_beside(shared.iter_mut().collect(), &mut two, 0, Some(&mut beside));
     assert_eq!(outputs(&got), outputs(&want));
     assert!(
         called && ended_idle,
@@ -267,12 +329,6 @@ fn beside_runs_on_the_calling_thread_while_every_group_runs_on_its_own() {
     let mut few = tasks(2, 2);
     let mut called = false;
     let mut beside = |_: &dyn Fn() -> bool| called = true;
-    run_round_beside(
-        few.iter_mut().collect(),
-        &mut two,
-        0,
-        &no_sleep,
-        Some(&mut beside),
-    );
+    run_round_beside(few.iter_mut().collect(), &mut two, 0, Some(&mut beside));
     assert!(!called);
 }
