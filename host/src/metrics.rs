@@ -147,6 +147,9 @@ pub struct Snapshot {
     pub repartition_dead_letters: u64,
     pub repartition_dropped: u64,
     pub repartition_held: u64,
+    /// Since when (Unix ms) every batch of the repartition step has failed; 0 while it works.
+    /// `/readyz` and `/healthz` fail when it lasts (admin/mod.rs).
+    pub repartition_failing_since_ms: u64,
 }
 
 /// The shared, lock-protected snapshot; written by the host loop and the swap paths, read by
@@ -453,6 +456,15 @@ impl Collector for Scrape {
             "cojoin_repartition_held_records",
             "Records the repartition step has read and holds for its timestamp merge.",
             s.repartition_held,
+        )?;
+        gauge(
+            &mut e,
+            "cojoin_repartition_failing_seconds",
+            "Seconds every batch of the repartition step has failed for (0 while it works).",
+            match s.repartition_failing_since_ms {
+                0 => 0,
+                since => crate::admin::now_ms().saturating_sub(since) / 1000,
+            },
         )?;
         gauge(
             &mut e,

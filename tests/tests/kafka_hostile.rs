@@ -244,7 +244,11 @@ fn an_input_key_over_a_megabyte_is_dead_lettered_without_it_and_the_host_goes_on
         &[("message.max.bytes".to_owned(), "4000000".to_owned())],
     );
     let giant = format!("ok-giant-{}", "k".repeat(1_200_000));
-    kafka.produce(&producer, &pairs(std::slice::from_ref(&giant), stream::BASE_TS), None);
+    kafka.produce(
+        &producer,
+        &pairs(std::slice::from_ref(&giant), stream::BASE_TS),
+        None,
+    );
     let mut dlq = kafka.reader("dlq", 1);
     let dead = dlq
         .read_until(

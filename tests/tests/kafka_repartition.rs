@@ -183,6 +183,103 @@ fn a_join_on_a_field_of_the_value_dead_letters_the_records_without_it() {
     }
 }
 
+/// A payment of 1.5 MB: the source topic takes it, the internal topic (the broker's 1 MB default)
+/// refuses it. Before, the step retried it every second for ever and the side stalled behind it
+/// (`/healthz` and `/readyz` 200); now it is written alone once, then dead-lettered (without its
+/// value, which the dead-letter topic refuses too), and every order still gets its outcome.
+#[test]
+fn a_re_keyed_record_over_the_internal_topic_s_limit_is_dead_lettered_and_the_side_goes_on() {
+    let _serial = serial();
+    let dir = run_dir("repartition-too-large");
+    let kafka = Kafka::start(&dir);
+    kafka.create_topic("orders", 6);
+    kafka.create_topic_with("payments", 4, &[("max.message.bytes", "4000000")]);
+    kafka.create_topic("orders-paid", 1);
+    kafka.create_topic("dlq", 1);
+    // cojoin's producers would send it (their own limit raised); the broker refuses it.
+    let config = config(&kafka, "").replace(
+        "[kafka.options]\n",
+        "[kafka.options]\n\"message.max.bytes\" = \"4000000\"\n",
+    );
+    assert!(config.contains("\"message.max.bytes\""), "{config}");
+    let host = HostProcess::start(&dir, "host-0", &config);
+    let (orders, pays): (Vec<Record>, Vec<Record>) = stream::orders(0, ORDERS)
+        .into_iter()
+        .partition(|r| r.topic == "orders");
+    let producer = Kafka::producer_with(
+        &kafka.bootstrap,
+        "murmur2_random",
+        &[("message.max.bytes".to_owned(), "4000000".to_owned())],
+    );
+    kafka.produce(&producer, &orders, None);
+    // The large payment first in every payments partition: everything after it waits on it.
+    let big: Vec<Record> = (0..4)
+        .map(|p| Record {
+            topic: "payments",
+            key: format!("big-{p}"),
+            value: "x".repeat(1_500_000),
+            timestamp: BASE_TS,
+        })
+        .collect();
+    for (p, record) in big.iter().enumerate() {
+        kafka.produce(&producer, std::slice::from_ref(record), Some(p as i32));
+    }
+    kafka.produce(&producer, &pays, None);
+    kafka.produce(&producer, &ticks(), None);
+    let tally = read_all_outcomes(&kafka, &stream::expected(ORDERS));
+    assert!(
+        tally.missing.is_empty() && tally.wrong.is_empty(),
+        "{tally:?}\n{}",
+        post_mortem(&kafka, std::slice::from_ref(&host))
+    );
+    let mut dlq = kafka.reader("dlq", 1);
+    // The batches that failed on them were read again: what they had written before is in the
+    // internal topic twice, and the second copies are dead-lettered as late (at-least-once).
+    let refused = |r: &cojoin_e2e::broker::ReadRecord| {
+        r.header("cojoin.error.kind") == Some("output-refused")
+    };
+    let dead: Vec<_> = dlq
+        .read_until(
+            "the large payments' dead letters",
+            Duration::from_secs(30),
+            |r| r.iter().filter(|r| refused(r)).count() >= 4,
+        )
+        .iter()
+        .filter(|r| refused(r))
+        .cloned()
+        .collect();
+    let mut keys: Vec<&str> = dead.iter().map(|r| r.key.as_str()).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["big-0", "big-1", "big-2", "big-3"], "{dead:?}");
+    for r in &dead {
+        assert_eq!(
+            r.header("cojoin.error.kind"),
+            Some("output-refused"),
+            "{:?}",
+            r.headers
+        );
+        let why = r.header("cojoin.error.message").unwrap_or_default();
+        assert!(why.contains(INTERNAL), "{why}");
+        assert_eq!(r.header("cojoin.source.topic"), Some("payments"));
+        assert!(
+            r.header("cojoin.value.omitted").is_some(),
+            "{:?}",
+            r.headers
+        );
+        assert_eq!(r.value, "", "the dead-letter topic refused the value");
+    }
+    let url = host.admin_url(Duration::from_secs(5));
+    let ready = cojoin_e2e::http::get(&format!("{url}/readyz"));
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    let page = cojoin_e2e::http::get(&format!("{url}/metrics")).body;
+    for line in [
+        "cojoin_repartition_dead_letters_total 4",
+        "cojoin_repartition_failing_seconds 0",
+    ] {
+        assert!(page.lines().any(|l| l == line), "no {line:?} in\n{page}");
+    }
+}
+
 #[test]
 fn a_host_killed_while_repartitioning_loses_no_match() {
     let (_, tally) = kill_while_repartitioning("at-least-once");

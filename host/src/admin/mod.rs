@@ -25,6 +25,19 @@ use crate::plugin::PluginRegistry;
 
 /// `/healthz` fails when the join loop has not finished a round for this long.
 const STALL: Duration = Duration::from_secs(30);
+/// `/readyz` fails when every batch of the repartition step has failed for this long (the join
+/// waits on its internal topic), and `/healthz` for [`STEP_STALL`]: longer, so that a broker
+/// outage the host rides out does not get it restarted.
+const STEP_UNREADY: Duration = Duration::from_secs(30);
+const STEP_STALL: Duration = Duration::from_secs(300);
+
+/// How long every batch of the repartition step has failed for, if it is failing.
+fn step_failing(metrics: &Metrics) -> Option<Duration> {
+    match metrics.read(|m| m.repartition_failing_since_ms) {
+        0 => None,
+        since => Some(Duration::from_millis(now_ms().saturating_sub(since))),
+    }
+}
 
 /// What the server reads; the join loop updates `heartbeat_ms` (Unix ms) every round.
 #[derive(Clone)]
@@ -75,14 +88,14 @@ impl AdminServer {
         })?;
         let https = tls.is_some();
         let stop = Arc::new(AtomicBool::new(false));
-        let health = state.heartbeat_ms.clone();
+        let (health, health_metrics) = (state.heartbeat_ms.clone(), state.metrics.clone());
         let (addr, thread) = server::start(
             listener,
             server::Limits::default(),
             tls,
             stop.clone(),
             move |request| route(request, &state),
-            move || healthz(&health),
+            move || healthz(&health, &health_metrics),
         )?;
         if !https && !addr.ip().is_loopback() {
             tracing::warn!(
@@ -143,16 +156,25 @@ fn json_reply(status: u16, value: serde_json::Value) -> Reply {
     }
 }
 
-/// `/healthz`: 200 while the join loop finishes rounds, 503 once it has stalled.
-fn healthz(heartbeat_ms: &AtomicU64) -> Reply {
+/// `/healthz`: 200 while the join loop finishes rounds and the repartition step (if any)
+/// writes, 503 once either has stalled.
+fn healthz(heartbeat_ms: &AtomicU64, metrics: &Metrics) -> Reply {
     let age = now_ms().saturating_sub(heartbeat_ms.load(Ordering::Relaxed));
-    if age <= STALL.as_millis() as u64 {
-        text(200, "ok\n")
-    } else {
-        text(
+    if age > STALL.as_millis() as u64 {
+        return text(
             503,
             format!("the join loop has not run for {} s\n", age / 1000),
-        )
+        );
+    }
+    match step_failing(metrics).filter(|d| *d > STEP_STALL) {
+        Some(d) => text(
+            503,
+            format!(
+                "every batch of the repartition step has failed for {} s (see the log)\n",
+                d.as_secs()
+            ),
+        ),
+        None => text(200, "ok\n"),
     }
 }
 
@@ -201,7 +223,7 @@ pub fn route(request: Request<'_>, state: &AdminState) -> Reply {
         if method != "GET" && method != "HEAD" {
             return text(405, format!("{method} is not allowed on {path}: use GET\n"));
         }
-        return healthz(&state.heartbeat_ms);
+        return healthz(&state.heartbeat_ms, &state.metrics);
     }
     if let Some(token) = &state.token {
         if !bearer_matches(request.authorization, token) {
@@ -218,13 +240,17 @@ pub fn route(request: Request<'_>, state: &AdminState) -> Reply {
             content_type: crate::metrics::CONTENT_TYPE,
             body: state.metrics.render(),
         },
-        ("GET", "/readyz") => {
-            if state.metrics.read(|m| m.processing) {
-                text(200, "ready\n")
-            } else {
-                text(503, "not ready: no task assigned yet (joining the group)\n")
-            }
-        }
+        ("GET", "/readyz") => match step_failing(&state.metrics).filter(|d| *d > STEP_UNREADY) {
+            Some(d) => text(
+                503,
+                format!(
+                    "not ready: every batch of the repartition step has failed for {} s (see the log)\n",
+                    d.as_secs()
+                ),
+            ),
+            None if state.metrics.read(|m| m.processing) => text(200, "ready\n"),
+            None => text(503, "not ready: no task assigned yet (joining the group)\n"),
+        },
         ("GET", "/plugins") => json_reply(200, plugins_json(state)),
         ("PUT", _) if plugins => upload(request, state),
         (_, "/metrics" | "/readyz") => text(405, format!("{method} is not allowed on {path}\n")),

@@ -23,10 +23,16 @@
 //! JSON or lacks the field) follows `join.null_keys`: dead-lettered with the reason in
 //! `cojoin.error.message`, or dropped and logged.
 //!
+//! A record the broker refuses for good (over the producer's or the internal topic's size limit,
+//! a bad timestamp) is written again alone, then dead-lettered ([`refusals`]): one such record
+//! used to stall the side for ever behind it. A step whose every batch fails says so in
+//! `/readyz`, `/healthz` and `cojoin_repartition_failing_seconds`.
+//!
 //! The internal topics do not grow forever: every [`TRUNCATE_EVERY`], records the join group has
 //! committed past are deleted (DeleteRecords up to the join's committed offset, which is the first
 //! offset its recovery reads: its commit points stay behind what its state still needs).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,19 +45,25 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Message, OwnedHeaders, OwnedMessage};
+use rdkafka::message::{Headers as _, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::client;
 use super::partitioner::Partitioner;
 use super::protocol::Protocol;
-use super::sink::{error_headers, send_with_room};
+use super::sink::{
+    error_headers, omission_headers, refuses_whole_request, send_with_room, verdict, Stripped,
+    Verdict,
+};
 use super::transaction::{self, Outcome, Transactions};
 use crate::config::{Config, Guarantee, RecordPolicy};
 use crate::metrics::Metrics;
 use crate::repartition::key::{self, NoKey};
 use crate::repartition::{Plan, SidePlan};
+
+mod refusals;
+use refusals::{Next, Pos, Refusals};
 
 /// How often records the join has committed past are deleted from the internal topics.
 pub const TRUNCATE_EVERY: Duration = Duration::from_secs(10);
@@ -133,6 +145,8 @@ impl Repartitioner {
             queued: 0,
             forcing: false,
             metrics,
+            refusals: RefCell::default(),
+            sent: RefCell::default(),
         };
         for side in &plan.sides {
             tracing::info!(
@@ -273,11 +287,13 @@ impl ConsumerContext for Revocations {
     }
 }
 
-/// Failed deliveries since the last batch began, and the last error.
+/// Failed deliveries since the last batch began, and the last error; which sends failed (their
+/// index in the step's `sent`) with the error.
 #[derive(Default)]
 struct Failures {
     count: AtomicU64,
     last: Mutex<Option<String>>,
+    failed: Mutex<Vec<(usize, KafkaError)>>,
 }
 
 struct Counting(Arc<Failures>);
@@ -285,14 +301,26 @@ struct Counting(Arc<Failures>);
 impl ClientContext for Counting {}
 
 impl ProducerContext for Counting {
-    type DeliveryOpaque = ();
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+    fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
         if let Err((e, _)) = result {
             self.0.count.fetch_add(1, Ordering::Relaxed);
             *self.0.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            self.0
+                .failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((index, e.clone()));
         }
     }
+}
+
+/// A record the step sent in this batch: where it came from, and how it went.
+struct Sent {
+    pos: Pos,
+    dead_letter: bool,
+    alone: bool,
 }
 
 /// A source partition's records fetched and not yet written.
@@ -340,6 +368,10 @@ struct Step {
     /// This round started over [`QUEUED_MAX`]: the merge gives up waiting down to half of it.
     forcing: bool,
     metrics: Arc<Metrics>,
+    /// Records the broker refused, and what to do with them when they come again.
+    refusals: RefCell<Refusals>,
+    /// What this batch sent, by the index its delivery report carries.
+    sent: RefCell<Vec<Sent>>,
 }
 
 /// What became of a record the step read.
@@ -356,7 +388,14 @@ impl Step {
         while !stop.load(Ordering::SeqCst) {
             if let Err(e) = self.batch() {
                 tracing::warn!("repartitioning: {e:#}; the batch is read again");
+                self.metrics.update(|m| {
+                    if m.repartition_failing_since_ms == 0 {
+                        m.repartition_failing_since_ms = crate::admin::now_ms();
+                    }
+                });
                 std::thread::sleep(Duration::from_secs(1));
+            } else {
+                self.metrics.update(|m| m.repartition_failing_since_ms = 0);
             }
             if truncated.elapsed() >= TRUNCATE_EVERY {
                 truncated = Instant::now();
@@ -374,6 +413,12 @@ impl Step {
     fn batch(&mut self) -> Result<()> {
         let started = Instant::now();
         self.failures.count.store(0, Ordering::Relaxed);
+        self.failures
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.sent.borrow_mut().clear();
         while self.queued < QUEUED_MAX && started.elapsed() < Duration::from_millis(100) {
             let polled = self
                 .consumer
@@ -471,6 +516,9 @@ impl Step {
         // Not `flush`, which waits out 100 ms steps (kafka/acks.rs).
         let flushed = super::acks::wait_delivered(&self.producer, Instant::now() + TIMEOUT);
         let failed = self.failures.count.load(Ordering::Relaxed);
+        if failed > 0 {
+            self.note_refusals();
+        }
         if !flushed || failed > 0 {
             let last = self
                 .failures
@@ -493,6 +541,7 @@ impl Step {
                 // (the internal topic gets them twice), nothing is lost.
                 tracing::info!("repartition commit: {e} (records may be written twice)");
             }
+            self.forget_dead_lettered();
             return Ok(());
         };
         let group = self
@@ -500,7 +549,10 @@ impl Step {
             .group_metadata()
             .context("the repartition consumer has no group metadata yet")?;
         match t.commit(&offsets, &group) {
-            Outcome::Committed { .. } | Outcome::Nothing => Ok(()),
+            Outcome::Committed { .. } | Outcome::Nothing => {
+                self.forget_dead_lettered();
+                Ok(())
+            }
             // Aborted: nothing of the batch is visible; it is read again.
             Outcome::Aborted(why) => anyhow::bail!("transaction aborted: {why}"),
             Outcome::Fatal(why) => {
@@ -639,26 +691,184 @@ impl Step {
             .map(|(_, at)| at.clone())
     }
 
-    /// One record to its internal topic, or to the dead-letter topic when it has no join key.
+    /// One record to its internal topic, or to the dead-letter topic when it has no join key or
+    /// the broker refused it for good before.
     fn forward(&self, side: &SidePlan, m: &OwnedMessage) -> Result<Fate> {
         let headers = m.headers().cloned();
-        match key::select(&side.key, m.key(), m.payload()) {
-            Ok(new_key) => {
-                let partition = Partitioner::Murmur2.partition(&new_key, self.partitions);
-                let mut record = BaseRecord::<[u8], [u8]>::to(&side.internal)
-                    .key(&new_key[..])
-                    .partition(partition);
-                record.payload = m.payload();
-                if let Some(ts) = m.timestamp().to_millis() {
-                    record = record.timestamp(ts);
-                }
-                if let Some(h) = headers {
-                    record = record.headers(h);
-                }
-                send_with_room(&self.producer, record).map_err(kafka_error)?;
-                Ok(Fate::Written)
+        let pos: Pos = (m.topic().to_owned(), m.partition(), m.offset());
+        let next = self
+            .refusals
+            .borrow()
+            .next(&pos)
+            .map(|(n, why)| (n, why.to_owned()));
+        let new_key = match key::select(&side.key, m.key(), m.payload()) {
+            Ok(new_key) => new_key,
+            Err(no_key) => return self.no_key(side, m, headers, &no_key),
+        };
+        if let Some((Next::DeadLetter(stripped), why)) = &next {
+            return self.dead_letter_refused(side, m, pos, why, *stripped);
+        }
+        let alone = next.is_some();
+        if alone {
+            // Every record before it delivered: it goes in a request of its own.
+            super::acks::wait_delivered(&self.producer, Instant::now() + TIMEOUT);
+        }
+        let partition = Partitioner::Murmur2.partition(&new_key, self.partitions);
+        let index = self.track(pos.clone(), false, alone);
+        let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(&side.internal, index)
+            .key(&new_key[..])
+            .partition(partition);
+        record.payload = m.payload();
+        if let Some(ts) = m.timestamp().to_millis() {
+            record = record.timestamp(ts);
+        }
+        if let Some(h) = headers {
+            record = record.headers(h);
+        }
+        match send_with_room(&self.producer, record) {
+            Ok(()) => {}
+            // Refused before it was sent (over message.max.bytes): its own fault, for good.
+            Err(e) if refuses_whole_request(&e) => {
+                let why = e.to_string();
+                self.refusals
+                    .borrow_mut()
+                    .write_refused(pos.clone(), why.clone(), true);
+                return self.dead_letter_refused(side, m, pos, &why, Stripped::Nothing);
             }
-            Err(no_key) => self.no_key(side, m, headers, &no_key),
+            Err(e) => return Err(kafka_error(e)),
+        }
+        if alone {
+            super::acks::wait_delivered(&self.producer, Instant::now() + TIMEOUT);
+            if !self.failed_index(index) {
+                self.refusals.borrow_mut().written(&pos);
+            }
+        }
+        Ok(Fate::Written)
+    }
+
+    /// Numbers a send for its delivery report.
+    fn track(&self, pos: Pos, dead_letter: bool, alone: bool) -> usize {
+        let mut sent = self.sent.borrow_mut();
+        sent.push(Sent {
+            pos,
+            dead_letter,
+            alone,
+        });
+        sent.len() - 1
+    }
+
+    fn failed_index(&self, index: usize) -> bool {
+        self.failures
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|(i, _)| *i == index)
+    }
+
+    /// A record its internal topic refused for good, to the dead-letter topic as `output-refused`,
+    /// leaving out what the dead-letter topic refused before.
+    fn dead_letter_refused(
+        &self,
+        side: &SidePlan,
+        m: &OwnedMessage,
+        pos: Pos,
+        why: &str,
+        mut stripped: Stripped,
+    ) -> Result<Fate> {
+        let Some(dlq) = &self.dead_letter_topic else {
+            anyhow::bail!(
+                "{}-{}@{} cannot be written to {}: {why}; set output.dead_letter_topic so that such a record is dead-lettered (the side waits behind it until then)",
+                pos.0, pos.1, pos.2, side.internal
+            );
+        };
+        let reason = format!(
+            "writing it re-keyed to the internal topic {} was refused: {why}",
+            side.internal
+        );
+        loop {
+            tracing::warn!(record = %format!("{}-{}@{}", pos.0, pos.1, pos.2), dead_letter_topic = %dlq, ?stripped, "dead-lettered: {reason}");
+            let own = match (stripped, m.headers()) {
+                (Stripped::KeyValueAndHeaders, _) | (_, None) => OwnedHeaders::new(),
+                (_, Some(h)) => h.clone(),
+            };
+            let headers = omission_headers(
+                error_headers(
+                    own,
+                    "output-refused",
+                    &reason,
+                    None,
+                    (
+                        m.topic(),
+                        m.partition(),
+                        m.offset(),
+                        m.timestamp().to_millis().unwrap_or(0),
+                    ),
+                ),
+                stripped,
+                m.key(),
+                m.payload().map_or(0, <[u8]>::len),
+                m.headers().map_or(0, |h| h.count()),
+            );
+            let index = self.track(pos.clone(), true, false);
+            let mut record =
+                BaseRecord::<[u8], [u8], usize>::with_opaque_to(dlq, index).headers(headers);
+            if stripped != Stripped::KeyValueAndHeaders {
+                record.key = m.key();
+            }
+            if stripped == Stripped::Nothing {
+                record.payload = m.payload();
+            }
+            match send_with_room(&self.producer, record) {
+                Ok(()) => return Ok(Fate::DeadLettered),
+                Err(e)
+                    if verdict(&e) == Verdict::Refused
+                        && self.refusals.borrow_mut().dead_letter_refused(&pos) =>
+                {
+                    stripped = self.refusals.borrow().next(&pos).map_or(
+                        Stripped::KeyValueAndHeaders,
+                        |(n, _)| match n {
+                            Next::DeadLetter(s) => s,
+                            Next::Alone => Stripped::KeyValueAndHeaders,
+                        },
+                    );
+                }
+                Err(e) => return Err(kafka_error(e)),
+            }
+        }
+    }
+
+    /// What the failed deliveries of a batch say about its records: one refused for good is
+    /// written alone, or dead-lettered, when the batch is read again; a dead letter refused
+    /// leaves out more the next time.
+    fn note_refusals(&self) {
+        let failed = std::mem::take(
+            &mut *self
+                .failures
+                .failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        let sent = self.sent.borrow();
+        let mut refusals = self.refusals.borrow_mut();
+        for (index, e) in failed {
+            let Some(s) = sent.get(index) else { continue };
+            if s.dead_letter {
+                if verdict(&e) == Verdict::Refused {
+                    refusals.dead_letter_refused(&s.pos);
+                }
+            } else if refuses_whole_request(&e) {
+                refusals.write_refused(s.pos.clone(), e.to_string(), s.alone);
+            }
+        }
+    }
+
+    /// The batch's dead letters are committed: their records are done with.
+    fn forget_dead_lettered(&self) {
+        let sent = self.sent.borrow();
+        let mut refusals = self.refusals.borrow_mut();
+        for s in sent.iter().filter(|s| s.dead_letter) {
+            refusals.forget(&s.pos);
         }
     }
 
@@ -686,7 +896,10 @@ impl Step {
                         m.timestamp().to_millis().unwrap_or(0),
                     ),
                 );
-                let mut record = BaseRecord::<[u8], [u8]>::to(dlq).headers(h);
+                let pos = (m.topic().to_owned(), m.partition(), m.offset());
+                let index = self.track(pos, true, false);
+                let mut record =
+                    BaseRecord::<[u8], [u8], usize>::with_opaque_to(dlq, index).headers(h);
                 record.key = m.key();
                 record.payload = m.payload();
                 send_with_room(&self.producer, record).map_err(kafka_error)?;

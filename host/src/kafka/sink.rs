@@ -68,7 +68,7 @@ impl ProducerContext for Deliveries {
 
 /// How a failed send or delivery is handled.
 #[derive(Debug, PartialEq, Eq)]
-enum Verdict {
+pub(crate) enum Verdict {
     /// This record will never be accepted (too large, no such topic, not allowed): its inputs
     /// are dead-lettered.
     Refused,
@@ -82,7 +82,7 @@ enum Verdict {
 }
 
 /// Whether the broker refuses a whole produce request for `e` when one record of it is at fault.
-fn refuses_whole_request(e: &KafkaError) -> bool {
+pub(crate) fn refuses_whole_request(e: &KafkaError) -> bool {
     use RDKafkaErrorCode as C;
     matches!(
         e.rdkafka_error_code(),
@@ -97,7 +97,7 @@ fn refuses_whole_request(e: &KafkaError) -> bool {
     )
 }
 
-fn verdict(e: &KafkaError) -> Verdict {
+pub(crate) fn verdict(e: &KafkaError) -> Verdict {
     use RDKafkaErrorCode as C;
     match e.rdkafka_error_code() {
         Some(
@@ -140,7 +140,7 @@ struct Origin {
 /// key and headers too, with the key's SHA-256 and the source position in headers. The input
 /// stays in its source topic at that position.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Stripped {
+pub(crate) enum Stripped {
     #[default]
     Nothing,
     Value,
@@ -690,6 +690,24 @@ fn dead_letter_headers(d: &DeadLetter, input: &Event, stripped: Stripped) -> Own
         Some(d.reason.plugin_version()),
         (&input.topic, input.partition, input.offset, input.timestamp),
     );
+    omission_headers(
+        headers,
+        stripped,
+        input.key.as_deref(),
+        input.value.as_deref().map_or(0, <[u8]>::len),
+        input.headers.len(),
+    )
+}
+
+/// What a stripped dead letter left out, after its error headers: the sink's and the repartition
+/// step's. `key`, `value_len` and `header_count` are the source record's.
+pub(crate) fn omission_headers(
+    headers: OwnedHeaders,
+    stripped: Stripped,
+    key: Option<&[u8]>,
+    value_len: usize,
+    header_count: usize,
+) -> OwnedHeaders {
     match stripped {
         Stripped::Nothing => headers,
         Stripped::Value => headers.insert(Header {
@@ -698,13 +716,11 @@ fn dead_letter_headers(d: &DeadLetter, input: &Event, stripped: Stripped) -> Own
         }),
         Stripped::KeyValueAndHeaders => {
             use sha2::Digest;
-            let key = input.key.as_deref().unwrap_or_default();
+            let key = key.unwrap_or_default();
             let digest = hex::encode(sha2::Sha256::digest(key));
             let sizes = format!(
-                "key {} bytes, value {} bytes, {} headers",
-                key.len(),
-                input.value.as_deref().map_or(0, <[u8]>::len),
-                input.headers.len()
+                "key {} bytes, value {value_len} bytes, {header_count} headers",
+                key.len()
             );
             headers
                 .insert(Header {
