@@ -491,7 +491,7 @@ impl Step {
                 .entry(at)
                 .or_insert((message.offset(), message.offset()));
             entry.1 = message.offset() + 1;
-            let Some(side) = self.sides.iter().find(|s| s.source == message.topic()) else {
+            let Some(side) = self.sides.iter().position(|s| s.source == message.topic()) else {
                 continue;
             };
             let fate = self.forward(side, &message).with_context(|| {
@@ -693,9 +693,10 @@ impl Step {
 
     /// One record to its internal topic, or to the dead-letter topic when it has no join key or
     /// the broker refused it for good before.
-    fn forward(&self, side: &SidePlan, m: &OwnedMessage) -> Result<Fate> {
+    fn forward(&self, side_ix: usize, m: &OwnedMessage) -> Result<Fate> {
+        let side = &self.sides[side_ix];
         let headers = m.headers().cloned();
-        let pos: Pos = (m.topic().to_owned(), m.partition(), m.offset());
+        let pos: Pos = (side_ix, m.partition(), m.offset());
         let next = self
             .refusals
             .borrow()
@@ -703,7 +704,7 @@ impl Step {
             .map(|(n, why)| (n, why.to_owned()));
         let new_key = match key::select(&side.key, m.key(), m.payload()) {
             Ok(new_key) => new_key,
-            Err(no_key) => return self.no_key(side, m, headers, &no_key),
+            Err(no_key) => return self.no_key(side_ix, m, headers, &no_key),
         };
         if let Some((Next::DeadLetter(stripped), why)) = &next {
             return self.dead_letter_refused(side, m, pos, why, *stripped);
@@ -714,7 +715,7 @@ impl Step {
             super::acks::wait_delivered(&self.producer, Instant::now() + TIMEOUT);
         }
         let partition = Partitioner::Murmur2.partition(&new_key, self.partitions);
-        let index = self.track(pos.clone(), false, alone);
+        let index = self.track(pos, false, alone);
         let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(&side.internal, index)
             .key(&new_key[..])
             .partition(partition);
@@ -732,7 +733,7 @@ impl Step {
                 let why = e.to_string();
                 self.refusals
                     .borrow_mut()
-                    .write_refused(pos.clone(), why.clone(), true);
+                    .write_refused(pos, why.clone(), true);
                 return self.dead_letter_refused(side, m, pos, &why, Stripped::Nothing);
             }
             Err(e) => return Err(kafka_error(e)),
@@ -779,7 +780,7 @@ impl Step {
         let Some(dlq) = &self.dead_letter_topic else {
             anyhow::bail!(
                 "{}-{}@{} cannot be written to {}: {why}; set output.dead_letter_topic so that such a record is dead-lettered (the side waits behind it until then)",
-                pos.0, pos.1, pos.2, side.internal
+                m.topic(), m.partition(), m.offset(), side.internal
             );
         };
         let reason = format!(
@@ -787,7 +788,7 @@ impl Step {
             side.internal
         );
         loop {
-            tracing::warn!(record = %format!("{}-{}@{}", pos.0, pos.1, pos.2), dead_letter_topic = %dlq, ?stripped, "dead-lettered: {reason}");
+            tracing::warn!(record = %format!("{}-{}@{}", m.topic(), m.partition(), m.offset()), dead_letter_topic = %dlq, ?stripped, "dead-lettered: {reason}");
             let own = match (stripped, m.headers()) {
                 (Stripped::KeyValueAndHeaders, _) | (_, None) => OwnedHeaders::new(),
                 (_, Some(h)) => h.clone(),
@@ -810,7 +811,7 @@ impl Step {
                 m.payload().map_or(0, <[u8]>::len),
                 m.headers().map_or(0, |h| h.count()),
             );
-            let index = self.track(pos.clone(), true, false);
+            let index = self.track(pos, true, false);
             let mut record =
                 BaseRecord::<[u8], [u8], usize>::with_opaque_to(dlq, index).headers(headers);
             if stripped != Stripped::KeyValueAndHeaders {
@@ -821,19 +822,14 @@ impl Step {
             }
             match send_with_room(&self.producer, record) {
                 Ok(()) => return Ok(Fate::DeadLettered),
-                Err(e)
-                    if verdict(&e) == Verdict::Refused
-                        && self.refusals.borrow_mut().dead_letter_refused(&pos) =>
-                {
-                    stripped = self.refusals.borrow().next(&pos).map_or(
-                        Stripped::KeyValueAndHeaders,
-                        |(n, _)| match n {
-                            Next::DeadLetter(s) => s,
-                            Next::Alone => Stripped::KeyValueAndHeaders,
-                        },
-                    );
+                Err(e) => {
+                    let more = if verdict(&e) == Verdict::Refused {
+                        self.refusals.borrow_mut().dead_letter_refused(&pos)
+                    } else {
+                        None
+                    };
+                    stripped = more.ok_or_else(|| kafka_error(e))?;
                 }
-                Err(e) => return Err(kafka_error(e)),
             }
         }
     }
@@ -858,7 +854,7 @@ impl Step {
                     refusals.dead_letter_refused(&s.pos);
                 }
             } else if refuses_whole_request(&e) {
-                refusals.write_refused(s.pos.clone(), e.to_string(), s.alone);
+                refusals.write_refused(s.pos, e.to_string(), s.alone);
             }
         }
     }
@@ -874,11 +870,12 @@ impl Step {
 
     fn no_key(
         &self,
-        side: &SidePlan,
+        side_ix: usize,
         m: &OwnedMessage,
         headers: Option<OwnedHeaders>,
         no_key: &NoKey,
     ) -> Result<Fate> {
+        let side = &self.sides[side_ix];
         let reason = format!("no join key ({}): {}", side.key, no_key.reason());
         let at = format!("{}-{}@{}", m.topic(), m.partition(), m.offset());
         match (self.null_keys, &self.dead_letter_topic) {
@@ -896,8 +893,7 @@ impl Step {
                         m.timestamp().to_millis().unwrap_or(0),
                     ),
                 );
-                let pos = (m.topic().to_owned(), m.partition(), m.offset());
-                let index = self.track(pos, true, false);
+                let index = self.track((side_ix, m.partition(), m.offset()), true, false);
                 let mut record =
                     BaseRecord::<[u8], [u8], usize>::with_opaque_to(dlq, index).headers(h);
                 record.key = m.key();

@@ -147,6 +147,18 @@ pub(crate) enum Stripped {
     KeyValueAndHeaders,
 }
 
+impl Stripped {
+    /// What the next attempt leaves out after this one was refused; `None` when nothing more can
+    /// go (the topic refuses everything). The sink's and the repartition step's one rule.
+    pub(crate) fn more(self) -> Option<Stripped> {
+        match self {
+            Stripped::Nothing => Some(Stripped::Value),
+            Stripped::Value => Some(Stripped::KeyValueAndHeaders),
+            Stripped::KeyValueAndHeaders => None,
+        }
+    }
+}
+
 /// Which topics exist, looked up once each (missing ones again after [`RECHECK_MISSING`]), so an
 /// output to a missing topic is refused at once instead of waiting out librdkafka's metadata
 /// timeouts (the host looked healthy for 300 s while producing nothing).
@@ -491,16 +503,14 @@ impl Sink {
                     for e in before..batch.emits.len() {
                         push_origins(&mut queue, origin.batch, e, &batch.emits[e]);
                     }
-                } else if origin.stripped == Stripped::Nothing {
-                    tracing::warn!("a dead letter was refused ({why}); sending it again without its value (the record stays in its source topic)");
+                } else if let Some(more) = origin.stripped.more() {
+                    if more == Stripped::Value {
+                        tracing::warn!("a dead letter was refused ({why}); sending it again without its value (the record stays in its source topic)");
+                    } else {
+                        tracing::warn!("a dead letter was refused without its value ({why}); sending it again without its key and headers too (their SHA-256 and the source position are in its headers)");
+                    }
                     queue.push(Origin {
-                        stripped: Stripped::Value,
-                        ..origin
-                    });
-                } else if origin.stripped == Stripped::Value {
-                    tracing::warn!("a dead letter was refused without its value ({why}); sending it again without its key and headers too (their SHA-256 and the source position are in its headers)");
-                    queue.push(Origin {
-                        stripped: Stripped::KeyValueAndHeaders,
+                        stripped: more,
                         ..origin
                     });
                 } else {

@@ -9,8 +9,9 @@ use std::collections::HashMap;
 
 use crate::kafka::sink::Stripped;
 
-/// A source record: topic, partition, offset.
-pub type Pos = (String, i32, i64);
+/// A source record: its side (index in the plan's sides), partition, offset. No topic name: a
+/// position is made for every record the step writes.
+pub type Pos = (usize, i32, i64);
 
 /// What the step does with a record the broker refused before.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,18 +65,12 @@ impl Refusals {
         }
     }
 
-    /// Its dead letter was refused: the next one leaves out more. `false` when nothing is left
-    /// to leave out (the dead-letter topic refuses everything).
-    pub fn dead_letter_refused(&mut self, pos: &Pos) -> bool {
-        let Some(r) = self.by_pos.get_mut(pos) else {
-            return false;
-        };
-        let before = r.stripped;
-        r.stripped = match before {
-            Stripped::Nothing => Stripped::Value,
-            Stripped::Value | Stripped::KeyValueAndHeaders => Stripped::KeyValueAndHeaders,
-        };
-        before != Stripped::KeyValueAndHeaders
+    /// Its dead letter was refused: the next one leaves out more, which is returned. `None`
+    /// when nothing is left to leave out (the dead-letter topic refuses everything).
+    pub fn dead_letter_refused(&mut self, pos: &Pos) -> Option<Stripped> {
+        let r = self.by_pos.get_mut(pos)?;
+        r.stripped = r.stripped.more()?;
+        Some(r.stripped)
     }
 
     /// Its dead letter is committed: nothing more to remember.
@@ -94,7 +89,7 @@ mod tests {
     use super::*;
 
     fn pos(offset: i64) -> Pos {
-        ("payments".to_owned(), 0, offset)
+        (1, 0, offset)
     }
 
     #[test]
@@ -113,12 +108,19 @@ mod tests {
             r.next(&pos(1)).map(|n| n.0),
             Some(Next::DeadLetter(Stripped::Value))
         );
-        assert!(r.dead_letter_refused(&pos(1)));
+        assert_eq!(
+            r.dead_letter_refused(&pos(1)),
+            Some(Stripped::KeyValueAndHeaders)
+        );
         assert_eq!(
             r.next(&pos(1)).map(|n| n.0),
             Some(Next::DeadLetter(Stripped::KeyValueAndHeaders))
         );
-        assert!(!r.dead_letter_refused(&pos(1)), "nothing more to leave out");
+        assert_eq!(
+            r.dead_letter_refused(&pos(1)),
+            None,
+            "nothing more to leave out"
+        );
         r.forget(&pos(1));
         assert_eq!(r.len(), 0);
     }
