@@ -183,20 +183,33 @@ fn create_acls(admin: &AdminClient<DefaultClientContext>, acls: &[Acl]) -> Resul
             rd::rd_kafka_CreateAcls(rk, bindings.as_mut_ptr(), bindings.len(), options, queue)
         },
     )?;
-    let mut failures = Vec::new();
     unsafe {
         let result = rd::rd_kafka_event_CreateAcls_result(event.0);
         let mut count = 0;
         let results = rd::rd_kafka_CreateAcls_result_acls(result, &mut count);
-        for i in 0..count {
-            let error = rd::rd_kafka_acl_result_error(*results.add(i));
-            if !error.is_null() {
-                // One result per binding, in the request's order.
-                let acl = acls
-                    .get(i)
-                    .map_or_else(|| format!("ACL {i}"), Acl::to_string);
-                failures.push(format!("{acl}: {}", text(rd::rd_kafka_error_string(error))));
-            }
+        failures(acls, count, |i| {
+            rd::rd_kafka_acl_result_error(*results.add(i))
+        })
+    }
+}
+
+/// The errors of a CreateAcls or DeleteAcls result, one per binding in the request's order
+/// (`error(i)` is null where it succeeded), each named by its ACL.
+fn failures(
+    acls: &[Acl],
+    count: usize,
+    error: impl Fn(usize) -> *const rd::rd_kafka_error_t,
+) -> Result<(), String> {
+    let mut failures = Vec::new();
+    for i in 0..count {
+        let e = error(i);
+        if !e.is_null() {
+            let acl = acls
+                .get(i)
+                .map_or_else(|| format!("ACL {i}"), Acl::to_string);
+            failures.push(format!("{acl}: {}", unsafe {
+                text(rd::rd_kafka_error_string(e))
+            }));
         }
     }
     if failures.is_empty() {
@@ -216,25 +229,13 @@ fn delete_acls(admin: &AdminClient<DefaultClientContext>, acls: &[Acl]) -> Resul
             rd::rd_kafka_DeleteAcls(rk, filters.as_mut_ptr(), filters.len(), options, queue)
         },
     )?;
-    let mut failures = Vec::new();
     unsafe {
         let result = rd::rd_kafka_event_DeleteAcls_result(event.0);
         let mut count = 0;
         let responses = rd::rd_kafka_DeleteAcls_result_responses(result, &mut count);
-        for i in 0..count {
-            let error = rd::rd_kafka_DeleteAcls_result_response_error(*responses.add(i));
-            if !error.is_null() {
-                let acl = acls
-                    .get(i)
-                    .map_or_else(|| format!("ACL {i}"), Acl::to_string);
-                failures.push(format!("{acl}: {}", text(rd::rd_kafka_error_string(error))));
-            }
-        }
-    }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(failures.join("; "))
+        failures(acls, count, |i| {
+            rd::rd_kafka_DeleteAcls_result_response_error(*responses.add(i))
+        })
     }
 }
 
