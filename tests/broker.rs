@@ -51,6 +51,9 @@ pub struct Kafka {
     pub log: PathBuf,
     /// A secured broker's listeners and credentials; `None` for a plaintext broker.
     pub security: Option<Security>,
+    /// How it was started, to start it again ([`Kafka::restart`]).
+    command: Vec<String>,
+    secured: bool,
 }
 
 /// What clients need to reach a secured broker (made afresh by `tests/kafka/broker.sh` at every
@@ -174,22 +177,28 @@ pub fn toml_options(options: &[(String, String)]) -> String {
 impl Kafka {
     /// Starts a broker with its data under `dir/kafka`; returns once it answers metadata.
     pub fn start(dir: &Path) -> Kafka {
-        Self::start_with_retries(dir, false)
+        Self::start_with_retries(dir, false, "")
+    }
+
+    /// [`Kafka::start`] with broker `settings` (`key=value` lines, tests/kafka/broker.sh's
+    /// KAFKA_SETTINGS), kept across [`Kafka::restart`].
+    pub fn start_with(dir: &Path, settings: &str) -> Kafka {
+        Self::start_with_retries(dir, false, settings)
     }
 
     /// Starts a secured broker (TLS, SASL, mTLS, StandardAuthorizer; see `tests/kafka/broker.sh`)
     /// with its data and key material under `dir/kafka`; returns once it answers the super user.
     pub fn start_secured(dir: &Path) -> Kafka {
-        Self::start_with_retries(dir, true)
+        Self::start_with_retries(dir, true, "")
     }
 
-    fn start_with_retries(dir: &Path, secured: bool) -> Kafka {
+    fn start_with_retries(dir: &Path, secured: bool, settings: &str) -> Kafka {
         // Free ports picked apart can still collide with another process binding in between: the
         // script refuses a taken port, and a second attempt picks new ones.
         let mut last_failure = String::new();
         for _attempt in 0..3 {
             let ports = [free_port(), free_port(), free_port()];
-            match Self::try_start(dir, ports, secured) {
+            match Self::try_start(dir, ports, secured, settings) {
                 Ok(kafka) => return kafka,
                 Err(why) if why.contains("is taken") => last_failure = why,
                 Err(why) => panic!("{why}"),
@@ -200,35 +209,31 @@ impl Kafka {
 
     /// `ports`: the clients' listener (plaintext, or SASL_SSL), the controller's, and a secured
     /// broker's SSL listener.
-    fn try_start(dir: &Path, ports: [u16; 3], secured: bool) -> Result<Kafka, String> {
+    fn try_start(
+        dir: &Path,
+        ports: [u16; 3],
+        secured: bool,
+        settings: &str,
+    ) -> Result<Kafka, String> {
         let [port, controller, ssl] = ports;
         let log = dir.join("kafka.log");
-        let file = std::fs::File::create(&log).unwrap();
         let data = dir.join("kafka");
-        let mut command = Command::new(broker_script());
-        command
-            .arg(&data)
-            .arg(port.to_string())
-            .arg(controller.to_string());
-        // Set either way: a KAFKA_SECURITY in the test's own environment must not choose.
+        let mut args = vec![
+            data.display().to_string(),
+            port.to_string(),
+            controller.to_string(),
+        ];
         if secured {
-            command
-                .env("KAFKA_SECURITY", "secured")
-                .arg(ssl.to_string());
-        } else {
-            command.env("KAFKA_SECURITY", "plaintext");
+            args.push(ssl.to_string());
         }
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .map_err(|e| format!("starting {:?}: {e}", broker_script()))?;
+        let child = spawn_broker(&args, secured, &log, Some(settings))?;
         let mut kafka = Kafka {
             child,
             bootstrap: format!("127.0.0.1:{port}"),
             log,
             security: None,
+            command: args,
+            secured,
         };
         let deadline = Instant::now() + START_TIMEOUT;
         if secured {
@@ -246,6 +251,41 @@ impl Kafka {
                 .is_ok_and(|m| !m.brokers().is_empty())
         })?;
         Ok(kafka)
+    }
+
+    /// Restarts the broker as an operator would (SIGTERM, then the same broker again on its data,
+    /// listeners and credentials), `down` after it was stopped; returns once it answers metadata
+    /// again. How long it was away, from the signal to its first answer.
+    pub fn restart(&mut self, down: Duration) -> Duration {
+        let stopped = Instant::now();
+        signal(self.child.id(), "TERM");
+        let deadline = stopped + Duration::from_secs(60);
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(down.saturating_sub(stopped.elapsed()));
+        self.child = spawn_broker(&self.command, self.secured, &self.log, None)
+            .unwrap_or_else(|why| panic!("{why}"));
+        let consumer: BaseConsumer = self.client().set("log_level", "0").create().unwrap();
+        self.wait_until(
+            Instant::now() + START_TIMEOUT,
+            "served again after a restart",
+            || {
+                consumer
+                    .fetch_metadata(None, Duration::from_secs(1))
+                    .is_ok_and(|m| !m.brokers().is_empty())
+            },
+        )
+        .unwrap_or_else(|why| panic!("{why}"));
+        stopped.elapsed()
+    }
+
+    /// The broker's process id (for `kill -STOP`, `kill -CONT`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Polls `done` until it holds; a broker that exits or misses `deadline` is reported with
@@ -610,6 +650,51 @@ impl ProducerContext for DeliveryReport {
     }
 }
 
+/// Runs `tests/kafka/broker.sh` with `args` and broker `settings` (KAFKA_SETTINGS), its output
+/// written to `log`; `None`: the broker made earlier in the same directory, started again with its
+/// data and settings (KAFKA_RESTART=1), its output appended.
+fn spawn_broker(
+    args: &[String],
+    secured: bool,
+    log: &Path,
+    settings: Option<&str>,
+) -> Result<Child, String> {
+    let again = settings.is_none();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(again)
+        .write(true)
+        .truncate(!again)
+        .open(log)
+        .unwrap();
+    let mut command = Command::new(broker_script());
+    command.args(args);
+    // Set either way: a KAFKA_SECURITY in the test's own environment must not choose.
+    command.env(
+        "KAFKA_SECURITY",
+        if secured { "secured" } else { "plaintext" },
+    );
+    command.env("KAFKA_RESTART", if again { "1" } else { "0" });
+    if let Some(settings) = settings {
+        command.env("KAFKA_SETTINGS", settings);
+    }
+    command
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .map_err(|e| format!("starting {:?}: {e}", broker_script()))
+}
+
+/// `kill -<name> <pid>`.
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
 impl Drop for Kafka {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -691,7 +776,14 @@ impl Reader {
         let Some(result) = self.consumer.poll(timeout) else {
             return;
         };
-        let m = result.expect("reading from Kafka");
+        let m = match result {
+            Ok(m) => m,
+            // The broker away (a test restarting it): the consumer reconnects by itself.
+            Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown,
+            )) => return,
+            Err(e) => panic!("reading from Kafka: {e}"),
+        };
         let text = |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
         let headers = m
             .headers()

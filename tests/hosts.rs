@@ -126,12 +126,7 @@ impl HostProcess {
 
     /// Sends signal `name` (`STOP`, `CONT`, `TERM`) to the process.
     pub fn signal(&self, name: &str) {
-        let pid = self.child.as_ref().expect("host running").id();
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{name} {pid}");
+        crate::broker::signal(self.child.as_ref().expect("host running").id(), name);
     }
 
     /// Whether the process has exited (and then forgets it, so that it can be restarted).

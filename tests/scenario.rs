@@ -32,7 +32,12 @@ pub fn run_dir(test: &str) -> std::path::PathBuf {
 }
 
 pub fn join_broker(dir: &std::path::Path) -> Kafka {
-    let kafka = Kafka::start(dir);
+    join_broker_with(dir, "")
+}
+
+/// [`join_broker`] with broker `settings` (`key=value` lines).
+pub fn join_broker_with(dir: &std::path::Path, settings: &str) -> Kafka {
+    let kafka = Kafka::start_with(dir, settings);
     kafka.create_topic("orders", PARTITIONS);
     kafka.create_topic("payments", PARTITIONS);
     kafka.create_topic("orders-paid", 1);

@@ -120,6 +120,11 @@ pub enum Happened<'a> {
     TransactionAborted {
         why: &'a str,
     },
+    /// Exactly-once: the transactional producer was fenced or failed for good (why) and a new one
+    /// took over; its open transaction counts as aborted, its tasks replay from their last commit.
+    ProducerRenewed {
+        why: &'a str,
+    },
     /// A delivery failed for a reason that may pass (a timeout, a broker away): sent again.
     DeliveryRetried {
         error: &'a dyn Display,
@@ -272,9 +277,21 @@ impl Happened<'_> {
                 });
                 tracing::warn!(target: "cojoin::report", "transaction aborted, its outputs discarded; every task replays from its last commit: {why}");
             }
+            ProducerRenewed { why } => {
+                metrics.update(|m| {
+                    m.commit_failures += 1;
+                    m.transactions_aborted += 1;
+                });
+                tracing::warn!(target: "cojoin::report", "transactional producer renewed: {why}; its transaction's outputs are discarded, every task replays from its last commit");
+            }
             ConsumerError { error } => {
                 metrics.update(|m| m.consumer_errors += 1);
-                tracing::warn!(target: "cojoin::report", "consumer error: {error}");
+                // The same error is returned by poll after poll while a broker is away.
+                if let Some(held) = crate::kafka::quiet::say(&format!("consumer error {error}")) {
+                    let said =
+                        crate::kafka::quiet::with_held(&format!("consumer error: {error}"), held);
+                    tracing::warn!(target: "cojoin::report", "{said}");
+                }
             }
             DeliveryRetried { error } => {
                 metrics.update(|m| m.delivery_retries += 1);

@@ -54,6 +54,18 @@ for p in "${ports[@]}"; do
   fi
 done
 
+# The broker itself, on the properties and data in <log-dir>.
+run_broker() {
+  exec java -Xms128m -Xmx"${KAFKA_HEAP:-512m}" -XX:+UseG1GC -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$here/log4j2.properties" -cp "$libs/*" kafka.Kafka "$dir/server.properties"
+}
+# KAFKA_RESTART=1: the broker made earlier in <log-dir> starts again with its data, its listeners
+# and its key material (a test's broker restart: tests/broker.rs `Kafka::restart`).
+if [ "${KAFKA_RESTART:-}" = 1 ]; then
+  [ -f "$dir/server.properties" ] || fail "KAFKA_RESTART=1 but $dir holds no broker to start again"
+  run_broker
+fi
+
 rm -rf "$dir"
 mkdir -p "$dir/data"
 
@@ -160,5 +172,4 @@ cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
 # --cluster-id=…: an id may start with "-", which the option parser would take for an option.
 java "${cp[@]}" kafka.tools.StorageTool format --cluster-id="$cluster_id" --config "$dir/server.properties" \
   "${format_args[@]}" > "$dir/format.log" 2>&1 || { cat "$dir/format.log" >&2; fail "formatting $dir failed"; }
-exec java -Xms128m -Xmx"${KAFKA_HEAP:-512m}" -XX:+UseG1GC -Djava.awt.headless=true \
-  -Dlog4j2.configurationFile="$here/log4j2.properties" "${cp[@]}" kafka.Kafka "$dir/server.properties"
+run_broker

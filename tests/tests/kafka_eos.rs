@@ -199,6 +199,39 @@ fn a_zombie_host_continued_after_its_tasks_moved_makes_nothing_visible() {
     assert_eq!(tally.duplicates, 0, "{tally:?}\n{log}");
 }
 
+/// Orders and payments `nap-0..nap-n` (order `i` at `i` s, its payment 2 s later, every fourth
+/// unpaid) for the misbehave fixture, whose every call on a `nap` key takes 20 ms.
+fn nap_stream(n: i64) -> Vec<stream::Record> {
+    (0..n)
+        .flat_map(|i| {
+            let key = format!("nap-{i}");
+            let ts = stream::BASE_TS + i * 1000;
+            let order = stream::Record {
+                topic: "orders",
+                key: key.clone(),
+                value: "{}".into(),
+                timestamp: ts,
+            };
+            let payment = (i % 4 != 0).then(|| stream::Record {
+                topic: "payments",
+                key,
+                value: "{}".into(),
+                timestamp: ts + 2000,
+            });
+            std::iter::once(order).chain(payment)
+        })
+        .collect()
+}
+
+/// How many times each nap order's one outcome (a match, or its expiry: `ok <key>`) was read.
+fn naps(r: &[cojoin_e2e::broker::ReadRecord]) -> std::collections::HashMap<String, usize> {
+    let mut seen = std::collections::HashMap::new();
+    for key in r.iter().filter_map(|r| r.value.strip_prefix("ok nap-")) {
+        *seen.entry(key.to_owned()).or_insert(0) += 1;
+    }
+    seen
+}
+
 /// A rebalance while the workers run long parallel rounds and the run loop polls ahead
 /// (host/src/run/ahead.rs): a backlog whose every call takes 20 ms (the misbehave fixture's
 /// `nap` keys), one host, then a second joins mid-backlog (the classic protocol: every task of
@@ -219,35 +252,8 @@ fn exactly_once_a_rebalance_during_parallel_rounds_loses_and_repeats_nothing() {
     .replace("[output]\n", "[output]\nguarantee = \"exactly-once\"\n");
     let first = cojoin_e2e::hosts::HostProcess::start(&dir, "host-0", &config);
     let producer = kafka.producer("murmur2_random");
-    let records: Vec<stream::Record> = (0..NAPS)
-        .flat_map(|i| {
-            let key = format!("nap-{i}");
-            let ts = stream::BASE_TS + i * 1000;
-            let order = stream::Record {
-                topic: "orders",
-                key: key.clone(),
-                value: "{}".into(),
-                timestamp: ts,
-            };
-            let payment = (i % 4 != 0).then(|| stream::Record {
-                topic: "payments",
-                key,
-                value: "{}".into(),
-                timestamp: ts + 2000,
-            });
-            std::iter::once(order).chain(payment)
-        })
-        .collect();
-    kafka.produce(&producer, &records, None);
+    kafka.produce(&producer, &nap_stream(NAPS), None);
     close_windows(&kafka, &producer);
-    // Each order's one outcome (a match, or its expiry) is "ok <key>".
-    let naps = |r: &[cojoin_e2e::broker::ReadRecord]| -> std::collections::HashMap<String, usize> {
-        let mut seen = std::collections::HashMap::new();
-        for key in r.iter().filter_map(|r| r.value.strip_prefix("ok nap-")) {
-            *seen.entry(key.to_owned()).or_insert(0) += 1;
-        }
-        seen
-    };
     let mut reader = kafka.reader("orders-paid", 1);
     reader.read_until("the first outcomes", Duration::from_secs(90), |r| {
         naps(r).len() >= 40
@@ -274,4 +280,131 @@ fn exactly_once_a_rebalance_during_parallel_rounds_loses_and_repeats_nothing() {
     // What this test is for: the revoke came while a round ran (a gap between two rounds is
     // a few ms against rounds of hundreds).
     assert!(mid_round > 0, "no revoke came during a round:\n{log}");
+}
+
+/// Issue 29 item 5: a routine broker restart, away longer than the hosts' 10 s transaction
+/// timeout, while two exactly-once hosts work through a backlog (every call 20 ms: transactions
+/// open, outputs in flight when it stops). The broker aborts the transactions it finds timed out
+/// when it is back (checked every second here, every 10 s by default) and fences their
+/// producers; the consumers poll nothing while their hosts wait on it (`max.poll.interval.ms`
+/// 10 s). The hosts must ride it out — no exit, every outcome once for a read_committed reader.
+#[test]
+fn exactly_once_hosts_ride_out_a_broker_restart_longer_than_the_transaction_timeout() {
+    const NAPS: i64 = 900;
+    const DOWN: Duration = Duration::from_secs(15);
+    let _serial = serial();
+    let dir = run_dir("exactly_once_broker_restart");
+    let mut kafka = cojoin_e2e::scenario::join_broker_with(
+        &dir,
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
+    );
+    let config = cojoin_e2e::hosts::join_config_for(
+        "consumer",
+        &kafka.bootstrap,
+        "eos-restart",
+        &plugin("misbehave.wasm"),
+        "left",
+    )
+    .replace("[output]\n", "[output]\nguarantee = \"exactly-once\"\n");
+    let mut hosts = start_hosts_with(&dir, 2, &config);
+    wait_for_stable_group(
+        &hosts.iter().collect::<Vec<_>>(),
+        PARTITIONS,
+        Duration::from_secs(90),
+    );
+    let t = Instant::now();
+    let producer = kafka.producer("murmur2_random");
+    kafka.produce(&producer, &nap_stream(NAPS), None);
+    close_windows(&kafka, &producer);
+    let mut reader = kafka.reader("orders-paid", 1);
+    reader.read_until(
+        "outcomes before the restart",
+        Duration::from_secs(90),
+        |r| naps(r).len() >= 100,
+    );
+    let away = kafka.restart(DOWN);
+    eprintln!(
+        "the broker restarted after {:?}, away {away:?}",
+        t.elapsed()
+    );
+    reader.read_while_not(Duration::from_secs(180), |r| naps(r).len() >= NAPS as usize);
+    // Any duplicate would come within a few commit intervals of the last outcome.
+    let seen = naps(reader.read_for(Duration::from_secs(5)));
+    let repeated = seen.values().filter(|n| **n > 1).count();
+    let exited: Vec<String> = hosts
+        .iter_mut()
+        .filter_map(|h| (!h.is_running()).then(|| format!("{} exited:\n{}", h.name, h.log_text())))
+        .collect();
+    let renewed: usize = hosts
+        .iter()
+        .map(|h| {
+            h.log_text()
+                .matches("transactional producer renewed")
+                .count()
+        })
+        .sum();
+    eprintln!(
+        "exactly-once, a broker restart away {away:?} mid-backlog: {} outcomes of {NAPS}, {repeated} repeated, hosts exited {}, producers renewed {renewed} ({:?})",
+        seen.len(),
+        exited.len(),
+        t.elapsed()
+    );
+    assert!(exited.is_empty(), "{}", exited.join("\n"));
+    assert_eq!(seen.len(), NAPS as usize, "{}", post_mortem(&kafka, &hosts));
+    assert_eq!(repeated, 0, "outcomes read more than once");
+}
+
+/// Issue 29 item 5: a transactional producer fenced under a running host (here by another
+/// producer registering the host's transactional id, as the broker fences one whose transaction
+/// it timed out) is renewed: the host goes on, its fenced transaction's outputs are never seen,
+/// and every outcome is read once.
+#[test]
+fn exactly_once_a_fenced_producer_is_renewed_and_nothing_is_lost_or_repeated() {
+    const NAPS: i64 = 300;
+    let _serial = serial();
+    let dir = run_dir("exactly_once_fenced_producer");
+    let kafka = cojoin_e2e::scenario::join_broker(&dir);
+    let config = join_config(
+        &kafka.bootstrap,
+        "eos-fence",
+        &plugin("misbehave.wasm"),
+        "left",
+    )
+    .replace("[kafka]\n", "[kafka]\ninstance_id = \"solo\"\n")
+    .replace("[output]\n", "[output]\nguarantee = \"exactly-once\"\n");
+    let mut host = cojoin_e2e::hosts::HostProcess::start(&dir, "host-0", &config);
+    wait_for_stable_group(&[&host], PARTITIONS, Duration::from_secs(90));
+    let producer = kafka.producer("murmur2_random");
+    kafka.produce(&producer, &nap_stream(NAPS), None);
+    close_windows(&kafka, &producer);
+    let mut reader = kafka.reader("orders-paid", 1);
+    reader.read_until("outcomes before the fence", Duration::from_secs(90), |r| {
+        naps(r).len() >= 50
+    });
+    // The host's transactional id (host/src/kafka/transaction.rs): registering it fences the
+    // host's producer at its next transactional request.
+    let fencer: rdkafka::producer::BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &kafka.bootstrap)
+        .set("transactional.id", "cojoin-eos-fence-solo")
+        .create()
+        .unwrap();
+    rdkafka::producer::Producer::init_transactions(&fencer, Duration::from_secs(30)).unwrap();
+    reader.read_while_not(Duration::from_secs(120), |r| naps(r).len() >= NAPS as usize);
+    let seen = naps(reader.read_for(Duration::from_secs(5)));
+    let repeated = seen.values().filter(|n| **n > 1).count();
+    let log = host.log_text();
+    let renewed = log.matches("transactional producer renewed").count();
+    eprintln!(
+        "exactly-once, the host's producer fenced mid-backlog: {} outcomes of {NAPS}, {repeated} repeated, producer renewed {renewed} time(s)",
+        seen.len()
+    );
+    assert!(host.is_running(), "the host exited:\n{log}");
+    assert!(renewed >= 1, "the producer was never renewed:\n{log}");
+    assert_eq!(
+        seen.len(),
+        NAPS as usize,
+        "{}",
+        post_mortem(&kafka, &[host])
+    );
+    assert_eq!(repeated, 0, "outcomes read more than once");
 }

@@ -16,9 +16,22 @@ use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 const FIRST_NAP: Duration = Duration::from_micros(50);
 const LONGEST_NAP: Duration = Duration::from_millis(1);
 
+/// While a wait lasts, `keep_alive` is called this often (the run loop polls its consumer).
+pub const KEEP_ALIVE_EVERY: Duration = Duration::from_millis(500);
+
 /// Serves delivery reports until nothing is in flight (true), or until `deadline` (false).
 pub fn wait_delivered<C: ProducerContext>(producer: &BaseProducer<C>, deadline: Instant) -> bool {
+    wait_delivered_alive(producer, deadline, &mut || {})
+}
+
+/// [`wait_delivered`], calling `keep_alive` every [`KEEP_ALIVE_EVERY`] while it waits.
+pub fn wait_delivered_alive<C: ProducerContext>(
+    producer: &BaseProducer<C>,
+    deadline: Instant,
+    keep_alive: &mut dyn FnMut(),
+) -> bool {
     let mut nap = FIRST_NAP;
+    let mut kept_alive = Instant::now();
     loop {
         let before = producer.in_flight_count();
         if before == 0 {
@@ -30,8 +43,13 @@ pub fn wait_delivered<C: ProducerContext>(producer: &BaseProducer<C>, deadline: 
         if after == 0 {
             return true;
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return false;
+        }
+        if now - kept_alive >= KEEP_ALIVE_EVERY {
+            keep_alive();
+            kept_alive = now;
         }
         if after < before {
             nap = FIRST_NAP;

@@ -14,6 +14,7 @@ pub mod describe;
 pub mod pairing;
 pub mod partitioner;
 pub mod protocol;
+pub mod quiet;
 pub mod repartitioner;
 pub mod sink;
 pub mod source;

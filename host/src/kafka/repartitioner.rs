@@ -56,7 +56,7 @@ use super::sink::{
     error_headers, omission_headers, refuses_whole_request, send_with_room, verdict, Stripped,
     Verdict,
 };
-use super::transaction::{self, Outcome, Transactions};
+use super::transaction::{self, no_keep_alive, Outcome, Transactions};
 use crate::config::{Config, Guarantee, RecordPolicy};
 use crate::metrics::Metrics;
 use crate::repartition::key::{self, NoKey};
@@ -273,7 +273,15 @@ fn create_producer(config: &ClientConfig, failures: &Arc<Failures>) -> Result<Wr
 #[derive(Default)]
 struct Revocations(Mutex<Vec<(String, i32)>>);
 
-impl ClientContext for Revocations {}
+impl ClientContext for Revocations {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        super::quiet::log(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        super::quiet::error(error, reason);
+    }
+}
 
 impl ConsumerContext for Revocations {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -298,7 +306,15 @@ struct Failures {
 
 struct Counting(Arc<Failures>);
 
-impl ClientContext for Counting {}
+impl ClientContext for Counting {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        super::quiet::log(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        super::quiet::error(error, reason);
+    }
+}
 
 impl ProducerContext for Counting {
     type DeliveryOpaque = usize;
@@ -457,7 +473,7 @@ impl Step {
         if let Err(e) = result {
             self.rewind(&written);
             if let Some(t) = &self.transactions {
-                if let Outcome::Fatal(why) = t.abort(&format!("{e:#}")) {
+                if let Outcome::Fatal(why) = t.abort(&format!("{e:#}"), &mut no_keep_alive) {
                     self.renew_producer(&why);
                 }
             }
@@ -480,8 +496,8 @@ impl Step {
         while let Some(at) = self.next_in_order() {
             if let Some(t) = &self.transactions {
                 if let Err(e) = t.ensure_open() {
-                    self.renew_producer(&format!("{e:#}"));
-                    return Err(e);
+                    self.renew_producer(&format!("beginning a transaction: {e}"));
+                    return Err(anyhow::anyhow!("beginning a transaction: {e}"));
                 }
             }
             let queue = self.queues.get_mut(&at).expect("chosen from the queues");
@@ -548,7 +564,7 @@ impl Step {
             .consumer
             .group_metadata()
             .context("the repartition consumer has no group metadata yet")?;
-        match t.commit(&offsets, &group) {
+        match t.commit(&offsets, &group, &mut no_keep_alive) {
             Outcome::Committed { .. } | Outcome::Nothing => {
                 self.forget_dead_lettered();
                 Ok(())

@@ -18,7 +18,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 
 use crate::event::Event;
-use crate::kafka::transaction::{Outcome, Transactions};
+use crate::kafka::transaction::{is_fatal, KeepAlive, Outcome, Transactions};
 use crate::metrics::Metrics;
 use crate::report::Happened;
 use crate::task::{Batch, DeadLetter, Emit, PartitionTask};
@@ -42,7 +42,15 @@ pub struct Deliveries {
     dead_letters: AtomicU64,
 }
 
-impl ClientContext for Deliveries {}
+impl ClientContext for Deliveries {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
+        super::quiet::log(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        super::quiet::error(error, reason);
+    }
+}
 
 impl ProducerContext for Deliveries {
     type DeliveryOpaque = usize;
@@ -226,10 +234,16 @@ pub enum Delivered {
     /// Exactly-once: a delivery failed, which dooms the open transaction; it was aborted and the
     /// tasks must go back to their last committed points (the reason).
     Aborted(String),
+    /// Exactly-once: the transactional producer was fenced or failed for good (why): nothing of
+    /// its transaction is visible; a new producer takes over ([`Sink::renew`]) and the tasks go
+    /// back to their last committed points.
+    Fenced(String),
 }
 
 pub struct Sink {
     producer: Arc<BaseProducer<Deliveries>>,
+    /// What the producer was made with, to make it again ([`Sink::renew`]).
+    config: ClientConfig,
     /// Exactly-once: the transaction the records are produced in.
     transactions: Option<Arc<SinkTransactions>>,
     /// Exactly-once: outputs the broker refused, sent alone, in a transaction that was then
@@ -276,6 +290,7 @@ impl Sink {
         };
         Ok(Sink {
             producer,
+            config,
             transactions,
             refused_in_aborted: HashMap::new(),
             suspects: HashMap::new(),
@@ -342,6 +357,30 @@ impl Sink {
         ))
     }
 
+    /// Exactly-once: a new producer with the same transactional id in place of one fenced or
+    /// failed for good (the broker aborted a transaction it found timed out, say, after a
+    /// restart), as Kafka Streams makes a new one for a task's producer: registering it ends the
+    /// old one's transaction, whose outputs no reader sees. The counts go on.
+    pub fn renew(&mut self, keep_alive: KeepAlive<'_>) -> Result<()> {
+        let Some(txn) = &self.transactions else {
+            return Ok(());
+        };
+        let old = self.producer.context();
+        let counts = Deliveries {
+            outputs: AtomicU64::new(old.outputs.load(Ordering::Relaxed)),
+            dead_letters: AtomicU64::new(old.dead_letters.load(Ordering::Relaxed)),
+            ..Deliveries::default()
+        };
+        let producer: Arc<BaseProducer<Deliveries>> = Arc::new(
+            self.config
+                .create_with_context(counts)
+                .context("making a new transactional producer")?,
+        );
+        txn.renew(producer.clone(), keep_alive)?;
+        self.producer = producer;
+        Ok(())
+    }
+
     /// Exactly-once: the transactions this sink produces in (the source commits them).
     pub fn transactions(&self) -> Option<Arc<SinkTransactions>> {
         self.transactions.clone()
@@ -362,10 +401,14 @@ impl Sink {
     /// task's batch and produced too. Transient failures are sent again until they succeed.
     /// Returns an error only when the producer itself cannot go on, or a dead letter is refused
     /// even without its value; nothing is committed then, so a restart replays it.
+    ///
+    /// While it waits on the broker, `keep_alive` polls the consumer (librdkafka leaves the group
+    /// when it is not polled for `max.poll.interval.ms`).
     pub fn deliver(
         &mut self,
         batches: &mut [(i32, Batch)],
         tasks: &mut std::collections::BTreeMap<i32, PartitionTask>,
+        keep_alive: KeepAlive<'_>,
     ) -> Result<Delivered> {
         let mut queue: Vec<Origin> = Vec::new();
         for (b, (_, batch)) in batches.iter().enumerate() {
@@ -378,8 +421,16 @@ impl Sink {
         // while it waits, and past max.poll.interval.ms (300 s) the group would give its tasks
         // to another member while it still produced.
         let give_up = Instant::now() + DELIVERY_BOUND;
-        if let (Some(txn), false) = (&self.transactions, queue.is_empty()) {
-            txn.ensure_open()?;
+        let transactions = self.transactions.clone();
+        // A revoke callback run by keep_alive leaves the transaction to this call (source.rs).
+        let _waiting = transactions.as_ref().map(|t| t.waiting());
+        if let (Some(txn), false) = (&transactions, queue.is_empty()) {
+            if let Err(e) = txn.ensure_open() {
+                if is_fatal(&e) {
+                    return Ok(Delivered::Fenced(format!("beginning a transaction: {e}")));
+                }
+                bail!("beginning a transaction: {e}; stopping without committing");
+            }
         }
         while !queue.is_empty() {
             let mut sent = std::mem::take(&mut queue);
@@ -404,6 +455,9 @@ impl Sink {
                                     Verdict::Refused | Verdict::Unauthorized => {
                                         refused.push((*origin, e.to_string()))
                                     }
+                                    Verdict::Fatal if transactions.is_some() => {
+                                        return Ok(Delivered::Fenced(format!("producing: {e}")))
+                                    }
                                     Verdict::Fatal => bail!("the producer failed for good: {e}; stopping without committing (a restart replays the uncommitted records)"),
                                     Verdict::Transient => resend.push(*origin),
                                 }
@@ -411,11 +465,11 @@ impl Sink {
                         },
                     }
                     if alone {
-                        self.await_in_flight()?;
+                        self.await_in_flight(keep_alive)?;
                     }
                 }
                 if !alone {
-                    self.await_in_flight()?;
+                    self.await_in_flight(keep_alive)?;
                 }
             }
             let failed = std::mem::take(
@@ -431,7 +485,7 @@ impl Sink {
                     return Err(stop);
                 }
             }
-            if let (Some(txn), Some((_, e))) = (&self.transactions, failed.first()) {
+            if let (Some(txn), Some((_, e))) = (&transactions, failed.first()) {
                 // The replay will make the same outputs: one the broker refused for good is
                 // remembered, and refused before it is sent again (its inputs dead-lettered), or
                 // every replay would abort again.
@@ -453,10 +507,12 @@ impl Sink {
                 }
                 // In a transaction a failed delivery fails the transaction: nothing of it may be
                 // committed, so it is aborted and the tasks replay from their commits.
-                return match txn.abort(&format!("a delivery failed: {e}")) {
-                    Outcome::Fatal(why) => bail!("{why}; stopping without committing"),
-                    outcome => Ok(Delivered::Aborted(format!("{outcome:?}"))),
-                };
+                return Ok(
+                    match txn.abort(&format!("a delivery failed: {e}"), keep_alive) {
+                        Outcome::Fatal(why) => Delivered::Fenced(why),
+                        outcome => Delivered::Aborted(format!("{outcome:?}")),
+                    },
+                );
             }
             for (i, e) in failed {
                 let origin = sent[i];
@@ -530,7 +586,7 @@ impl Sink {
                         DELIVERY_BOUND.as_secs()
                     );
                 }
-                std::thread::sleep(backoff);
+                nap_alive(backoff, keep_alive);
                 backoff = (backoff * 2).min(Duration::from_secs(5));
                 queue.extend(resend);
             }
@@ -538,11 +594,12 @@ impl Sink {
         Ok(Delivered::Done)
     }
 
-    fn await_in_flight(&self) -> Result<()> {
+    fn await_in_flight(&self, keep_alive: KeepAlive<'_>) -> Result<()> {
         // Not `flush`, which polls in 100 ms steps: every flush took at least 100 ms (seen on
         // the mock cluster: a task capped at 10 batches a second). librdkafka would retry a
         // record for message.timeout.ms (300 s); the host gives up sooner (see DELIVERY_BOUND).
-        if !super::acks::wait_delivered(&self.producer, Instant::now() + DELIVERY_BOUND) {
+        let deadline = Instant::now() + DELIVERY_BOUND;
+        if !super::acks::wait_delivered_alive(&self.producer, deadline, keep_alive) {
             bail!("outputs not acknowledged within {} s; stopping without committing them (a restart replays them)", DELIVERY_BOUND.as_secs());
         }
         Ok(())
@@ -618,6 +675,19 @@ impl Sink {
 
     fn send_record(&self, record: BaseRecord<'_, [u8], [u8], usize>) -> Result<(), SendError> {
         send_with_room(&self.producer, record).map_err(SendError::Kafka)
+    }
+}
+
+/// Sleeps `period`, calling `keep_alive` every [`super::acks::KEEP_ALIVE_EVERY`].
+fn nap_alive(period: Duration, keep_alive: KeepAlive<'_>) {
+    let until = Instant::now() + period;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(super::acks::KEEP_ALIVE_EVERY));
+        keep_alive();
     }
 }
 

@@ -20,7 +20,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use crate::event::{Event, Side};
 use crate::join::CommitPoint;
 use crate::kafka::sink::SinkTransactions;
-use crate::kafka::transaction::Outcome;
+use crate::kafka::transaction::{no_keep_alive, KeepAlive, Outcome};
 use crate::metrics::Metrics;
 use crate::report::Happened;
 
@@ -41,6 +41,10 @@ struct Shared {
     transaction_failed: Option<Outcome>,
     /// Exactly-once: the points of the last committed transaction (an idle host commits none).
     committed: HashMap<(String, i32), CommitPoint>,
+    /// Exactly-once: partitions were revoked while the loop waited on the broker (a poll to keep
+    /// its membership), without a commit: the open transaction holds outputs of their tasks and
+    /// must be aborted before anything else is committed (why).
+    doomed: Option<String>,
 }
 
 /// Counts and logs a transaction's outcome.
@@ -98,7 +102,7 @@ impl ClientContext for RebalanceContext {
         if message.contains(INSTANCE_ID_HELD) {
             tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}");
         } else {
-            rdkafka::client::DefaultClientContext.log(level, fac, message);
+            super::quiet::log(level, fac, message);
         }
     }
 
@@ -106,7 +110,7 @@ impl ClientContext for RebalanceContext {
         if reason.contains(INSTANCE_ID_HELD) {
             tracing::debug!(target: "librdkafka", "librdkafka: {error}: {reason}");
         } else {
-            rdkafka::client::DefaultClientContext.error(error, reason);
+            super::quiet::error(error, reason);
         }
     }
 }
@@ -133,13 +137,29 @@ impl ConsumerContext for RebalanceContext {
                 .flat_map(|&p| self.topics.iter().map(move |t| (t.to_string(), p)))
                 .collect();
             match &self.transactions {
+                // Called from a poll the run loop makes while it waits on the broker: the open
+                // transaction is that call's to end, and it may not be committed now (see
+                // `Shared::doomed`); the next commit aborts it, the new owners start from the
+                // last commit.
+                Some(txn) if txn.is_waiting() => {
+                    for tp in &task_partitions {
+                        shared.points.remove(tp);
+                    }
+                    shared.doomed.get_or_insert_with(|| {
+                        format!("partitions {partitions:?} were revoked while the host waited on the broker")
+                    });
+                }
                 // Exactly-once: the open transaction is committed with every task's points
                 // before the partitions go (its outputs are the revoked tasks' too).
                 Some(txn) => {
                     let all = commit_list(shared.points.iter().map(|(k, v)| (k.clone(), *v)));
-                    let outcome = match consumer.group_metadata() {
-                        Some(group) => txn.commit(&all, &group),
-                        None => txn.abort("no consumer group metadata to commit with"),
+                    let outcome = match (shared.doomed.take(), consumer.group_metadata()) {
+                        (Some(why), _) => txn.abort(&why, &mut no_keep_alive),
+                        (None, Some(group)) => txn.commit(&all, &group, &mut no_keep_alive),
+                        (None, None) => txn.abort(
+                            "no consumer group metadata to commit with",
+                            &mut no_keep_alive,
+                        ),
                     };
                     for tp in &task_partitions {
                         shared.points.remove(tp);
@@ -606,7 +626,10 @@ impl Source {
     /// ended — also when a revoke callback's commit failed since the last call. `Aborted` means
     /// the tasks must go back to their last committed points; `Fatal`, that this host may not
     /// produce again.
-    pub fn commit(&self) -> Outcome {
+    ///
+    /// While it waits on the broker, `keep_alive` polls the consumer (and exactly-once marks the
+    /// transaction as waiting: see `Shared::doomed`).
+    pub fn commit(&self, keep_alive: KeepAlive<'_>) -> Outcome {
         let points: Vec<_> = {
             let s = lock(&self.shared);
             s.points.iter().map(|(k, v)| (k.clone(), *v)).collect()
@@ -623,6 +646,13 @@ impl Source {
         if let Some(failed) = lock(&self.shared).transaction_failed.take() {
             return failed;
         }
+        let _waiting = txn.waiting();
+        let doomed = lock(&self.shared).doomed.take();
+        if let Some(why) = doomed {
+            let outcome = txn.abort(&why, keep_alive);
+            report_transaction(&self.metrics, &outcome, false);
+            return outcome;
+        }
         let unchanged = {
             let s = lock(&self.shared);
             points.len() == s.committed.len()
@@ -632,11 +662,15 @@ impl Source {
             return Outcome::Nothing;
         }
         let outcome = match self.consumer.group_metadata() {
-            Some(group) => txn.commit(&commit_list(points.iter().cloned()), &group),
-            None => txn.abort("no consumer group metadata to commit with"),
+            Some(group) => txn.commit(&commit_list(points.iter().cloned()), &group, keep_alive),
+            None => txn.abort("no consumer group metadata to commit with", keep_alive),
         };
         if let Outcome::Committed { .. } = outcome {
-            lock(&self.shared).committed = points.into_iter().collect();
+            let mut s = lock(&self.shared);
+            s.committed = points.into_iter().collect();
+            // Partitions revoked meanwhile had their points in this transaction: nothing of
+            // theirs is left open.
+            s.doomed = None;
         }
         report_transaction(&self.metrics, &outcome, false);
         outcome

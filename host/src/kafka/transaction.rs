@@ -9,15 +9,42 @@
 //! derived from it) fences its predecessor when it starts.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::ConsumerGroupMetadata;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 use rdkafka::TopicPartitionList;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// A transactional call waits on the broker in steps this long, the consumer polled between them
+/// (librdkafka leaves the group when it is not polled for `max.poll.interval.ms`).
+const STEP: Duration = Duration::from_millis(500);
+
+/// What the run loop does while it waits on the broker: polls the consumer (run/ahead.rs).
+pub type KeepAlive<'a> = &'a mut dyn FnMut();
+
+/// For a call made where the consumer cannot be polled (a rebalance callback).
+pub fn no_keep_alive() {}
+
+/// Runs `call` in steps of [`STEP`], `keep_alive` between them, until it succeeds, fails
+/// otherwise, or [`TIMEOUT`] passed: librdkafka resumes a timed-out init, commit or abort where
+/// it was, and sends a timed-out offsets request again.
+fn in_steps(
+    keep_alive: KeepAlive<'_>,
+    mut call: impl FnMut(Duration) -> KafkaResult<()>,
+) -> KafkaResult<()> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        match call(STEP) {
+            Err(KafkaError::Transaction(e)) if e.is_retriable() && Instant::now() < deadline => {
+                keep_alive()
+            }
+            other => return other,
+        }
+    }
+}
 
 /// How a commit ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -34,22 +61,67 @@ pub enum Outcome {
 }
 
 /// A transactional producer: the host's, shared by the sink (which produces in it) and the source
-/// (which commits it, also from the revoke callback); and the repartition step's own.
+/// (which commits it, also from the revoke callback); and the repartition step's own. A producer
+/// fenced or failed for good is replaced by a new one with the same transactional id
+/// ([`Transactions::renew`]).
 pub struct Transactions<C: ProducerContext + 'static> {
-    producer: Arc<BaseProducer<C>>,
+    producer: RwLock<Arc<BaseProducer<C>>>,
     open: AtomicBool,
+    /// The run loop is in a call that polls the consumer while it waits (a delivery, a commit):
+    /// a revoke callback run by such a poll must leave the transaction to that call.
+    waiting: AtomicBool,
+}
+
+/// Clears [`Transactions::waiting`] when the call that set it ends.
+pub struct Waiting<'a>(&'a AtomicBool);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl<C: ProducerContext + 'static> Transactions<C> {
     /// Registers the transactional id with the broker (fencing any earlier producer with it).
     pub fn init(producer: Arc<BaseProducer<C>>) -> anyhow::Result<Transactions<C>> {
-        producer.init_transactions(TIMEOUT).map_err(|e| {
-            anyhow::anyhow!("starting the transactional producer (output.guarantee = \"exactly-once\" needs Apache Kafka 2.5 or later with transactions enabled): {e}")
-        })?;
+        init(&producer, &mut no_keep_alive)?;
         Ok(Transactions {
-            producer,
+            producer: RwLock::new(producer),
             open: AtomicBool::new(false),
+            waiting: AtomicBool::new(false),
         })
+    }
+
+    /// The producer outputs are sent with now.
+    pub fn producer(&self) -> Arc<BaseProducer<C>> {
+        self.producer
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Takes `producer`, made with the same transactional id, in place of one fenced or failed
+    /// for good: registering it fences the old one and ends its open transaction, if any.
+    pub fn renew(
+        &self,
+        producer: Arc<BaseProducer<C>>,
+        keep_alive: KeepAlive<'_>,
+    ) -> anyhow::Result<()> {
+        init(&producer, keep_alive)?;
+        *self.producer.write().unwrap_or_else(|e| e.into_inner()) = producer;
+        self.open.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Marks the run loop as waiting in a call that polls the consumer, until the guard drops.
+    pub fn waiting(&self) -> Waiting<'_> {
+        self.waiting.store(true, Ordering::Release);
+        Waiting(&self.waiting)
+    }
+
+    /// Whether the run loop waits in a call that polls the consumer ([`Transactions::waiting`]).
+    pub fn is_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire)
     }
 
     /// Whether a transaction is open (something was produced since the last commit).
@@ -58,11 +130,9 @@ impl<C: ProducerContext + 'static> Transactions<C> {
     }
 
     /// Opens a transaction unless one is open; outputs are produced in it.
-    pub fn ensure_open(&self) -> anyhow::Result<()> {
+    pub fn ensure_open(&self) -> KafkaResult<()> {
         if !self.open.load(Ordering::Acquire) {
-            self.producer
-                .begin_transaction()
-                .map_err(|e| anyhow::anyhow!("beginning a transaction: {e}"))?;
+            self.producer().begin_transaction()?;
             self.open.store(true, Ordering::Release);
         }
         Ok(())
@@ -70,21 +140,29 @@ impl<C: ProducerContext + 'static> Transactions<C> {
 
     /// Commits the open transaction with `offsets` (the tasks' commit points, metadata included)
     /// as the consumer group `group` sees them.
-    pub fn commit(&self, offsets: &TopicPartitionList, group: &ConsumerGroupMetadata) -> Outcome {
+    pub fn commit(
+        &self,
+        offsets: &TopicPartitionList,
+        group: &ConsumerGroupMetadata,
+        keep_alive: KeepAlive<'_>,
+    ) -> Outcome {
         if offsets.count() == 0 && !self.open.load(Ordering::Acquire) {
             return Outcome::Nothing;
         }
         let started = Instant::now();
         if let Err(e) = self.ensure_open() {
-            return Outcome::Fatal(e.to_string());
+            return self.failed(e, keep_alive);
         }
+        let producer = self.producer();
         let sent = if offsets.count() > 0 {
-            self.producer
-                .send_offsets_to_transaction(offsets, group, TIMEOUT)
+            in_steps(keep_alive, |step| {
+                producer.send_offsets_to_transaction(offsets, group, step)
+            })
         } else {
             Ok(())
         };
-        let result = sent.and_then(|()| self.producer.commit_transaction(TIMEOUT));
+        let result =
+            sent.and_then(|()| in_steps(keep_alive, |step| producer.commit_transaction(step)));
         match result {
             Ok(()) => {
                 self.open.store(false, Ordering::Release);
@@ -92,16 +170,17 @@ impl<C: ProducerContext + 'static> Transactions<C> {
                     took: started.elapsed(),
                 }
             }
-            Err(e) => self.failed(e),
+            Err(e) => self.failed(e, keep_alive),
         }
     }
 
     /// Aborts the open transaction, if any (its outputs never become visible).
-    pub fn abort(&self, why: &str) -> Outcome {
+    pub fn abort(&self, why: &str, keep_alive: KeepAlive<'_>) -> Outcome {
         if !self.open.load(Ordering::Acquire) {
             return Outcome::Aborted(why.to_owned());
         }
-        match self.producer.abort_transaction(TIMEOUT) {
+        let producer = self.producer();
+        match in_steps(keep_alive, |step| producer.abort_transaction(step)) {
             Ok(()) => {
                 self.open.store(false, Ordering::Release);
                 Outcome::Aborted(why.to_owned())
@@ -110,16 +189,33 @@ impl<C: ProducerContext + 'static> Transactions<C> {
         }
     }
 
-    fn failed(&self, e: KafkaError) -> Outcome {
-        let fatal = matches!(&e, KafkaError::Transaction(t) if t.is_fatal());
-        if fatal {
+    fn failed(&self, e: KafkaError, keep_alive: KeepAlive<'_>) -> Outcome {
+        if is_fatal(&e) {
             return Outcome::Fatal(format!(
                 "the transactional producer was fenced or failed for good: {e} (fenced by a producer with the same transactional id, or an error librdkafka cannot recover from)"
             ));
         }
         // Anything else the transaction cannot survive: abort it, and the tasks replay.
-        self.abort(&format!("committing the transaction failed: {e}"))
+        self.abort(
+            &format!("committing the transaction failed: {e}"),
+            keep_alive,
+        )
     }
+}
+
+/// Whether `e` leaves the transactional producer unable to go on (fenced, or failed for good).
+pub fn is_fatal(e: &KafkaError) -> bool {
+    matches!(e, KafkaError::Transaction(t) if t.is_fatal())
+}
+
+/// Registers `producer`'s transactional id with the broker, waiting on it in steps.
+fn init<C: ProducerContext>(
+    producer: &BaseProducer<C>,
+    keep_alive: KeepAlive<'_>,
+) -> anyhow::Result<()> {
+    in_steps(keep_alive, |step| producer.init_transactions(step)).map_err(|e| {
+        anyhow::anyhow!("starting the transactional producer (output.guarantee = \"exactly-once\" needs Apache Kafka 2.5 or later with transactions enabled): {e}")
+    })
 }
 
 /// The transactional id of a host's producer (the repartition step's: `group` is

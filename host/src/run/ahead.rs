@@ -3,7 +3,8 @@
 //! overlap. The records are handed to the tasks after the round, in the order the loop would
 //! have queued them without the overlap: a rebalance callback stops the polling at once (records
 //! polled before it go to the tasks of before it, the record of the poll that brought it after
-//! the rebalance is applied, as the loop does for any poll).
+//! the rebalance is applied, as the loop does for any poll). The same buffer takes what a poll
+//! returns while the loop waits on the broker ([`Polled::keep_alive`]).
 
 use std::time::Duration;
 
@@ -17,8 +18,8 @@ pub struct Polled {
     bytes: usize,
     /// A rebalance callback ran in the last poll: polling stopped there.
     pub rebalance: bool,
-    /// The record the poll that ran the callback returned, if any.
-    pub after: Option<Record>,
+    /// The records of the poll that ran the callback, and of any keep-alive poll after it.
+    pub after: Vec<Record>,
     /// The consumer failed for good: reported once the round is delivered.
     pub error: Option<anyhow::Error>,
 }
@@ -26,7 +27,7 @@ pub struct Polled {
 impl Polled {
     /// How many records it holds.
     pub fn len(&self) -> usize {
-        self.before.len() + usize::from(self.after.is_some())
+        self.before.len() + self.after.len()
     }
 
     /// Polls while `running()` (the workers are busy), up to `max_records` and `max_bytes`
@@ -49,7 +50,7 @@ impl Polled {
                 Err(e) => self.error = Some(e),
                 Ok(record) if source.rebalance_pending() => {
                     self.rebalance = true;
-                    self.after = record;
+                    self.after.extend(record);
                 }
                 Ok(Some(record)) => {
                     self.bytes += record.event.footprint();
@@ -57,6 +58,29 @@ impl Polled {
                 }
                 Ok(None) => {}
             }
+        }
+    }
+
+    /// One poll without waiting, while the loop waits on the broker (a delivery, a commit):
+    /// librdkafka leaves the group when the consumer is not polled for `max.poll.interval.ms`,
+    /// and the transactional producer is fenced with it. The record it returns, if any, is kept
+    /// as [`Polled::poll_while`] keeps one (a poll every half second adds two records a second at
+    /// most, beyond the byte share).
+    pub fn keep_alive(&mut self, source: &Source) {
+        if self.error.is_some() {
+            return;
+        }
+        match source.poll(Duration::ZERO) {
+            Err(e) => self.error = Some(e),
+            Ok(record) if self.rebalance || source.rebalance_pending() => {
+                self.rebalance = true;
+                self.after.extend(record);
+            }
+            Ok(Some(record)) => {
+                self.bytes += record.event.footprint();
+                self.before.push(record);
+            }
+            Ok(None) => {}
         }
     }
 }

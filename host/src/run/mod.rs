@@ -36,7 +36,7 @@ use crate::kafka::protocol::{self, Protocol};
 use crate::kafka::repartitioner::{self, Repartitioner};
 use crate::kafka::sink::{Acknowledged, Delivered, Sink};
 use crate::kafka::source::{InstanceIdHeld, Record, Source};
-use crate::kafka::transaction::{self, Outcome};
+use crate::kafka::transaction::{self, no_keep_alive, Outcome};
 use crate::kafka::{assignment, authz, client};
 use crate::metrics::{Metrics, TaskGauges};
 use crate::plugin::PluginRegistry;
@@ -47,6 +47,9 @@ use crate::task::{pool, PartitionTask, TaskCounters, TaskPolicy};
 use action::MeteredAction;
 use ahead::Polled;
 
+/// Exactly-once: transactional producers renewed in a row, without a commit between, before
+/// the host stops (see [`Host::renew_producer`]).
+const MAX_RENEWALS: u32 = 3;
 /// How often consumer lag is recomputed for the metrics.
 const LAG_INTERVAL: Duration = Duration::from_secs(2);
 /// A task waiting longer than this for its pair is reported (a log line) once.
@@ -102,6 +105,8 @@ struct Running {
     large_record_reported: bool,
     /// Records polled while the last round ran, not yet handed to their tasks.
     ahead: Polled,
+    /// Exactly-once: transactional producers renewed since the last committed transaction.
+    renewals: u32,
 }
 
 impl Running {
@@ -255,6 +260,7 @@ impl Host {
             spill,
             large_record_reported: false,
             ahead: Polled::default(),
+            renewals: 0,
         };
         let started = Instant::now();
         let (mut last_lag, mut last_commit) = (started - LAG_INTERVAL, started);
@@ -311,12 +317,12 @@ impl Host {
             self.heartbeat_ms
                 .store(crate::admin::now_ms(), Ordering::Relaxed);
             if last_commit.elapsed() >= cfg.output.commit_interval() {
-                let outcome = source.commit();
-                self.after_commit(outcome, &source, &mut run)?;
+                let outcome = source.commit(&mut || run.ahead.keep_alive(&source));
+                self.after_commit(outcome, &source, &mut sink, &mut run)?;
                 last_commit = Instant::now();
             }
         }
-        let outcome = source.commit();
+        let outcome = source.commit(&mut no_keep_alive);
         if let Outcome::Fatal(why) = outcome {
             anyhow::bail!("{why}; stopping (a restart resumes from the last commit)");
         }
@@ -362,7 +368,7 @@ impl Host {
         if polled.rebalance {
             self.apply_rebalance(source, run)?;
         }
-        if let Some(record) = polled.after {
+        for record in polled.after {
             run.consumed[record.side as usize] += 1;
             self.queue(source, run, record)?;
         }
@@ -490,11 +496,28 @@ impl Host {
             batches.retain(|(p, _)| !revoked.contains(p));
         }
         // Every task's batch is sent, then all are awaited at once: one round trip per round.
-        if let Delivered::Aborted(why) = sink.deliver(&mut batches, &mut run.tasks)? {
-            Happened::TransactionAborted { why: &why }.emit(&self.metrics);
-            self.rewind_all(source, run)?;
-            return Ok(false);
+        // Meanwhile the consumer is polled, so a broker away does not cost the group membership.
+        let ahead = &mut run.ahead;
+        match sink.deliver(&mut batches, &mut run.tasks, &mut || {
+            ahead.keep_alive(source)
+        })? {
+            Delivered::Done => {}
+            Delivered::Aborted(why) => {
+                Happened::TransactionAborted { why: &why }.emit(&self.metrics);
+                self.rewind_all(source, run)?;
+                return Ok(false);
+            }
+            Delivered::Fenced(why) => {
+                self.renew_producer(&why, source, sink, run)?;
+                return Ok(false);
+            }
         }
+        // A partition revoked by a keep-alive poll: its points are not this host's to publish.
+        let revoked = if run.ahead.rebalance {
+            source.revoked_pending()
+        } else {
+            revoked
+        };
         let more = batches.iter().any(|(_, b)| b.is_full());
         for (partition, batch) in batches {
             let Some(task) = run.tasks.get_mut(&partition) else {
@@ -609,15 +632,49 @@ impl Host {
     }
 
     /// Exactly-once: after a commit, an aborted transaction sends every task back to its last
-    /// committed points, and a fenced producer stops the host.
-    fn after_commit(&self, outcome: Outcome, source: &Source, run: &mut Running) -> Result<()> {
+    /// committed points, and a fenced producer is renewed first.
+    fn after_commit(
+        &self,
+        outcome: Outcome,
+        source: &Source,
+        sink: &mut Sink,
+        run: &mut Running,
+    ) -> Result<()> {
         match outcome {
             Outcome::Aborted(_) => self.rewind_all(source, run),
-            Outcome::Fatal(why) => anyhow::bail!(
-                "{why}; stopping without committing (the tasks' new owners, or a restart, resume from the last commit)"
-            ),
-            Outcome::Committed { .. } | Outcome::Nothing => Ok(()),
+            Outcome::Fatal(why) => self.renew_producer(&why, source, sink, run),
+            Outcome::Committed { .. } => {
+                run.renewals = 0;
+                Ok(())
+            }
+            Outcome::Nothing => Ok(()),
         }
+    }
+
+    /// Exactly-once: the transactional producer was fenced or failed for good (`why`) — the
+    /// broker aborts a transaction it finds older than `transaction.timeout.ms`, after a restart
+    /// say, and fences its producer. A new one with the same transactional id takes over (its
+    /// registration ends the old transaction: no reader sees its outputs), and every task goes
+    /// back to its last committed points. A producer fenced again and again without a commit
+    /// between is another process with this transactional id (two hosts with the same
+    /// `kafka.instance_id`): the host stops.
+    fn renew_producer(
+        &self,
+        why: &str,
+        source: &Source,
+        sink: &mut Sink,
+        run: &mut Running,
+    ) -> Result<()> {
+        run.renewals += 1;
+        if run.renewals > MAX_RENEWALS {
+            anyhow::bail!(
+                "{why}; the transactional producer was renewed {MAX_RENEWALS} times without a commit between: another process may use this transactional id (two hosts with the same kafka.instance_id?); stopping without committing (a restart resumes from the last commit)"
+            );
+        }
+        Happened::ProducerRenewed { why }.emit(&self.metrics);
+        let ahead = &mut run.ahead;
+        sink.renew(&mut || ahead.keep_alive(source))?;
+        self.rewind_all(source, run)
     }
 
     /// Restarts every task from its last committed points (their partitions sought back there):
