@@ -286,14 +286,35 @@ fn exactly_once_a_rebalance_during_parallel_rounds_loses_and_repeats_nothing() {
 /// timeout, while two exactly-once hosts work through a backlog (every call 20 ms: transactions
 /// open, outputs in flight when it stops). The broker aborts the transactions it finds timed out
 /// when it is back (checked every second here, every 10 s by default) and fences their
-/// producers; the consumers poll nothing while their hosts wait on it (`max.poll.interval.ms`
-/// 10 s). The hosts must ride it out — no exit, every outcome once for a read_committed reader.
+/// producers; the consumers must be polled meanwhile (`max.poll.interval.ms` 10 s). The hosts
+/// must ride it out — no exit, no member leaving the group, every outcome once for a
+/// read_committed reader.
 #[test]
 fn exactly_once_hosts_ride_out_a_broker_restart_longer_than_the_transaction_timeout() {
+    let rode = ride_out_a_broker_restart("exactly-once");
+    assert_eq!(rode.repeated, 0, "outcomes read more than once");
+}
+
+/// [`exactly_once_hosts_ride_out_a_broker_restart_longer_than_the_transaction_timeout`] at least
+/// once: the hosts kept polling, so none left the group (before, they left and rejoined,
+/// repeating what they had not committed).
+#[test]
+fn at_least_once_hosts_ride_out_a_broker_restart_without_leaving_the_group() {
+    ride_out_a_broker_restart("at-least-once");
+}
+
+struct RodeOut {
+    /// Outcomes read more than once.
+    repeated: usize,
+}
+
+/// Two hosts under `guarantee`, a backlog of slow calls, the broker restarted mid-way and away
+/// 15 s: no host exits or leaves the group, every outcome is read.
+fn ride_out_a_broker_restart(guarantee: &str) -> RodeOut {
     const NAPS: i64 = 900;
     const DOWN: Duration = Duration::from_secs(15);
     let _serial = serial();
-    let dir = run_dir("exactly_once_broker_restart");
+    let dir = run_dir(&format!("broker_restart_{guarantee}"));
     let mut kafka = cojoin_e2e::scenario::join_broker_with(
         &dir,
         "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
@@ -301,11 +322,14 @@ fn exactly_once_hosts_ride_out_a_broker_restart_longer_than_the_transaction_time
     let config = cojoin_e2e::hosts::join_config_for(
         "consumer",
         &kafka.bootstrap,
-        "eos-restart",
+        "restart",
         &plugin("misbehave.wasm"),
         "left",
     )
-    .replace("[output]\n", "[output]\nguarantee = \"exactly-once\"\n");
+    .replace(
+        "[output]\n",
+        &format!("[output]\nguarantee = \"{guarantee}\"\n"),
+    );
     let mut hosts = start_hosts_with(&dir, 2, &config);
     wait_for_stable_group(
         &hosts.iter().collect::<Vec<_>>(),
@@ -335,23 +359,26 @@ fn exactly_once_hosts_ride_out_a_broker_restart_longer_than_the_transaction_time
         .iter_mut()
         .filter_map(|h| (!h.is_running()).then(|| format!("{} exited:\n{}", h.name, h.log_text())))
         .collect();
-    let renewed: usize = hosts
-        .iter()
-        .map(|h| {
-            h.log_text()
-                .matches("transactional producer renewed")
-                .count()
-        })
-        .sum();
+    let logs: Vec<String> = hosts.iter().map(|h| h.log_text()).collect();
+    let count = |what: &str| -> usize { logs.iter().map(|l| l.matches(what).count()).sum() };
+    let (renewed, left) = (
+        count("transactional producer renewed"),
+        count("leaving group"),
+    );
+    let warnings = count("\"level\":\"WARN\"") + count("\"level\":\"ERROR\"");
     eprintln!(
-        "exactly-once, a broker restart away {away:?} mid-backlog: {} outcomes of {NAPS}, {repeated} repeated, hosts exited {}, producers renewed {renewed} ({:?})",
+        "{guarantee}, a broker restart away {away:?} mid-backlog: {} outcomes of {NAPS}, {repeated} repeated, hosts exited {}, left the group {left}, producers renewed {renewed}, WARN/ERROR lines {warnings} ({:?})",
         seen.len(),
         exited.len(),
         t.elapsed()
     );
     assert!(exited.is_empty(), "{}", exited.join("\n"));
+    assert_eq!(
+        left, 0,
+        "a host left the group (not polled for max.poll.interval.ms)"
+    );
     assert_eq!(seen.len(), NAPS as usize, "{}", post_mortem(&kafka, &hosts));
-    assert_eq!(repeated, 0, "outcomes read more than once");
+    RodeOut { repeated }
 }
 
 /// Issue 29 item 5: a transactional producer fenced under a running host (here by another
