@@ -256,3 +256,28 @@ fn a_new_js_plugin_passes_node_test_builds_replays_and_goes_live() {
     assert_eq!(replay_outcomes(&dir), expected_outcomes());
     deploy_and_see_it_serve(&dir, "hello-js", &sha);
 }
+
+/// `plugin deploy`'s exit codes, as the README gives them: 1 when the host cannot be reached (the
+/// upload did not happen: exit 2 before), 2 when the input is bad (no component file).
+#[test]
+fn deploy_exits_1_when_the_host_is_unreachable_and_2_for_a_missing_component() {
+    let wasm = cojoin_e2e::plugin("order_paid_rust.wasm");
+    let admin = format!("http://127.0.0.1:{}", cojoin_e2e::broker::free_port());
+    let out = cojoin_e2e::cojoin(&[
+        "plugin",
+        "deploy",
+        wasm.to_str().unwrap(),
+        "--admin",
+        &admin,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot reach the admin server at {admin}")),
+        "{stderr}"
+    );
+    let out = cojoin_e2e::cojoin(&["plugin", "deploy", "no-such.wasm", "--admin", &admin]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot read the component"), "{stderr}");
+}

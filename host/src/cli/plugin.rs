@@ -264,7 +264,7 @@ pub(crate) fn build(dir: &std::path::Path) -> Result<ExitCode> {
 }
 
 pub(crate) fn deploy(args: DeployArgs) -> Result<ExitCode> {
-    use cojoin::project::deploy::{deploy, Outcome};
+    use cojoin::project::deploy::{deploy, DeployError, Outcome};
 
     let wasm = match args.wasm {
         Some(path) => path,
@@ -285,7 +285,17 @@ pub(crate) fn deploy(args: DeployArgs) -> Result<ExitCode> {
     let token = args
         .token
         .or_else(|| std::env::var("COJOIN_ADMIN_TOKEN").ok());
-    match deploy(&args.admin, token.as_deref(), &name, &bytes)? {
+    let outcome = match deploy(&args.admin, token.as_deref(), &name, &bytes) {
+        Ok(outcome) => outcome,
+        // The upload did not happen, or its answer is unknown: the host's side, not the input
+        // (exit 2 is a bad input: no component file, a malformed URL).
+        Err(e @ (DeployError::Unreachable { .. } | DeployError::BadAnswer { .. })) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    match outcome {
         Outcome::Live(v) => {
             println!(
                 "live on {}: {} generation {} sha256 {}",

@@ -39,7 +39,7 @@ pub fn parse_url(url: &str) -> Result<AdminUrl, DeployError> {
         problem,
     };
     if url.starts_with("https://") {
-        return Err(bad("is https, which the admin server does not serve"));
+        return Err(bad("is https, which `cojoin plugin deploy` does not speak: upload to an HTTPS admin API with `curl -T <wasm> --cacert <ca.pem> https://host:port/plugins?name=<name>` (README, admin.tls_cert), or"));
     }
     let rest = url.strip_prefix("http://").unwrap_or(url);
     if rest.contains("://") {
