@@ -63,7 +63,9 @@ use crate::repartition::key::{self, NoKey};
 use crate::repartition::{Plan, SidePlan};
 
 mod refusals;
+mod unsought;
 use refusals::{Next, Pos, Refusals};
+use unsought::Unsought;
 
 /// How often records the join has committed past are deleted from the internal topics.
 pub const TRUNCATE_EVERY: Duration = Duration::from_secs(10);
@@ -110,19 +112,7 @@ impl Repartitioner {
             .subscribe(&sources)
             .context("subscribing the repartition consumer")?;
         let failures = Arc::new(Failures::default());
-        let mut producer_config = client::producer(&config.kafka, config.output.compression);
-        producer_config.set("linger.ms", "5");
-        if config.output.guarantee == Guarantee::ExactlyOnce {
-            let group = format!("{}-repartition", config.kafka.group_id);
-            producer_config
-                .set(
-                    "transactional.id",
-                    transaction::transactional_id(&group, config.kafka.instance_id.as_deref()),
-                )
-                // As the sink's: a step killed with a transaction open holds the join's
-                // read_committed fetches back until the broker aborts it.
-                .set("transaction.timeout.ms", "10000");
-        }
+        let producer_config = producer_config(config);
         let (producer, transactions) = create_producer(&producer_config, &failures)?;
         let step = Step {
             consumer,
@@ -146,6 +136,7 @@ impl Repartitioner {
             forcing: false,
             metrics,
             refusals: RefCell::default(),
+            unsought: Unsought::default(),
             sent: RefCell::default(),
         };
         for side in &plan.sides {
@@ -173,14 +164,69 @@ impl Repartitioner {
     }
 }
 
+impl Repartitioner {
+    /// Why the step's thread ended, when it ended without being told to (a panic): the join
+    /// would wait for ever on internal topics that no longer fill, so the host must stop. The
+    /// run loop asks once per round.
+    pub fn stopped(&mut self) -> Option<String> {
+        let running = self.thread.as_ref()?;
+        if !running.is_finished() || self.stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        let thread = self.thread.take()?;
+        Some(match thread.join() {
+            Ok(()) => "its thread returned".to_owned(),
+            Err(panic) => format!("its thread panicked: {}", panic_message(&*panic)),
+        })
+    }
+}
+
+/// What a panic said.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_owned(),
+        (_, Some(s)) => s.clone(),
+        _ => "(no message)".to_owned(),
+    }
+}
+
 /// Dropping the step finishes the batch in hand (written and committed) and leaves its group.
 impl Drop for Repartitioner {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            if let Err(panic) = t.join() {
+                tracing::error!(
+                    "the repartition step's thread panicked: {}",
+                    panic_message(&*panic)
+                );
+            }
         }
     }
+}
+
+/// The step's producer settings: the host's (`output.compression`, `kafka.options`), and under
+/// exactly-once a transactional id of its own. Its defaults give way to the user's options, as
+/// everywhere: a short linger (the step writes in bursts: a batch, then its flush), and the
+/// sink's 10 s transaction timeout (a step killed with a transaction open holds the join's
+/// read_committed fetches back until the broker aborts it).
+fn producer_config(config: &Config) -> ClientConfig {
+    let mut c = client::producer(&config.kafka, config.output.compression);
+    // `queue.buffering.max.ms` is librdkafka's alias of `linger.ms`.
+    if c.get("linger.ms").is_none() && c.get("queue.buffering.max.ms").is_none() {
+        c.set("linger.ms", "5");
+    }
+    if config.output.guarantee == Guarantee::ExactlyOnce {
+        let group = format!("{}-repartition", config.kafka.group_id);
+        c.set(
+            "transactional.id",
+            transaction::transactional_id(&group, config.kafka.instance_id.as_deref()),
+        );
+        if c.get("transaction.timeout.ms").is_none() {
+            c.set("transaction.timeout.ms", "10000");
+        }
+    }
+    c
 }
 
 /// Creates each internal topic with the plan's partition count (the brokers' default
@@ -388,6 +434,8 @@ struct Step {
     refusals: RefCell<Refusals>,
     /// What this batch sent, by the index its delivery report carries.
     sent: RefCell<Vec<Sent>>,
+    /// Partitions a rewind could not seek back (see unsought.rs).
+    unsought: Unsought,
 }
 
 /// What became of a record the step read.
@@ -435,6 +483,7 @@ impl Step {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
         self.sent.borrow_mut().clear();
+        self.seek_unsought();
         while self.queued < QUEUED_MAX && started.elapsed() < Duration::from_millis(100) {
             let polled = self
                 .consumer
@@ -447,6 +496,8 @@ impl Step {
                 continue;
             };
             match message {
+                // Fetched before its pause: read again once it is sought back.
+                Ok(m) if self.unsought.holds(m.topic(), m.partition()) => {}
                 Ok(m) => {
                     let queue = self
                         .queues
@@ -579,16 +630,50 @@ impl Step {
     }
 
     /// Read again from each partition's first record written: what is held behind it is read
-    /// again too.
+    /// again too. A partition that cannot be sought back waits, paused, until it can
+    /// ([`Unsought`]): going on from the fetch position would commit past records never written.
     fn rewind(&mut self, written: &HashMap<(String, i32), (i64, i64)>) {
         for ((topic, partition), (first, _)) in written {
             if let Some(q) = self.queues.get_mut(&(topic.clone(), *partition)) {
                 self.queued -= q.records.len();
                 q.records.clear();
             }
-            let _ = self
-                .consumer
-                .seek(topic, *partition, Offset::Offset(*first), TIMEOUT);
+            let at = Offset::Offset(*first);
+            if let Err(e) = self.consumer.seek(topic, *partition, at, TIMEOUT) {
+                tracing::warn!(
+                    "repartitioning: cannot go back to offset {first} of {topic} [{partition}]: {e}; the partition waits, paused, until it can"
+                );
+                self.unsought.failed(topic, *partition, *first);
+                self.pause_or_resume(topic, *partition, true);
+            }
+        }
+    }
+
+    /// Seeks again the partitions a rewind could not seek back, and resumes those it can now.
+    fn seek_unsought(&mut self) {
+        let consumer = &self.consumer;
+        let sought = self.unsought.retry(|topic, p, offset| {
+            consumer
+                .seek(topic, p, Offset::Offset(offset), TIMEOUT)
+                .is_ok()
+        });
+        for (topic, p) in sought {
+            tracing::info!("repartitioning: {topic} [{p}] went back to where it failed; resumed");
+            self.pause_or_resume(&topic, p, false);
+        }
+    }
+
+    fn pause_or_resume(&self, topic: &str, partition: i32, pause: bool) {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(topic, partition);
+        let done = if pause {
+            self.consumer.pause(&tpl)
+        } else {
+            self.consumer.resume(&tpl)
+        };
+        // Paused or not, its records are dropped while it waits (Unsought::holds).
+        if let Err(e) = done {
+            tracing::warn!("repartitioning: pausing or resuming {topic} [{partition}]: {e}");
         }
     }
 
@@ -617,6 +702,7 @@ impl Step {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
         );
+        self.unsought.forget(&revoked);
         for at in revoked {
             if let Some(q) = self.queues.remove(&at) {
                 self.queued -= q.records.len();
@@ -955,3 +1041,6 @@ impl Step {
 fn kafka_error(e: KafkaError) -> anyhow::Error {
     anyhow::anyhow!("{e}")
 }
+
+#[cfg(test)]
+mod tests;

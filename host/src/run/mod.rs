@@ -175,7 +175,7 @@ impl Host {
             why: &why,
         }
         .emit(&self.metrics);
-        let _repartitioner = if plan.sides.is_empty() {
+        let mut repartitioner = if plan.sides.is_empty() {
             None
         } else {
             Some(Repartitioner::start(
@@ -308,6 +308,10 @@ impl Host {
                 self.queue(&source, &mut run, record)?;
             }
             more = self.round(&source, &mut sink, &mut workers, &mut run, started)?;
+            if let Some(why) = repartitioner.as_mut().and_then(Repartitioner::stopped) {
+                // The join would wait on internal topics that no longer fill.
+                anyhow::bail!("the repartition step stopped: {why}; stopping without committing (a restart resumes from the last commit)");
+            }
             self.report_waiting(&mut run);
             if last_lag.elapsed() >= LAG_INTERVAL {
                 run.lags = source.lag(run.tasks.keys().copied());
