@@ -1,12 +1,16 @@
 //! The admin HTTP server: `/metrics` (Prometheus text), `/healthz`, `/readyz`, `GET /plugins`
 //! and `PUT /plugins` (a `.wasm` body: validated, swapped in, or refused with the reason).
 //!
-//! Its own threads ([`server`]), one per connection: it only reads the shared metrics and calls
-//! the registry, and a swap compiles for seconds, which must stall neither the join loop nor the
-//! other requests. Over HTTPS when `admin.tls_cert` and `admin.tls_key` are set ([`tls`]).
+//! Its own thread ([`server`]), with a small pool for uploads: it only reads the shared metrics
+//! and calls the registry, and a swap compiles for seconds, which must stall neither the join
+//! loop nor the other requests. An upload's body is received first ([`body`]: a byte budget
+//! all uploads share, a minimum rate), then swapped in and kept ([`upload`]). Over HTTPS when
+//! `admin.tls_cert` and `admin.tls_key` are set ([`tls`]).
 
+mod body;
 pub mod server;
 pub mod tls;
+mod upload;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,7 +23,6 @@ use serde_json::json;
 use sha2::{Digest as _, Sha256};
 
 use crate::config::AdminConfig;
-use crate::hotswap::swap_recorded;
 use crate::metrics::Metrics;
 use crate::plugin::PluginRegistry;
 
@@ -94,7 +97,7 @@ impl AdminServer {
             server::Limits::default(),
             tls,
             stop.clone(),
-            move |request| route(request, &state),
+            AdminRoutes(state),
             move || healthz(&health, &health_metrics),
         )?;
         if !https && !addr.ip().is_loopback() {
@@ -195,46 +198,47 @@ fn bearer_matches(authorization: Option<&str>, token: &str) -> bool {
     scheme.eq_ignore_ascii_case("bearer") & (std::hint::black_box(differ) == 0)
 }
 
-/// The name of an upload: `PUT /plugins/<file>.wasm` (what `curl -T file.wasm URL/plugins/`
-/// sends) or `PUT /plugins?name=<name>`; else "upload".
-fn upload_name(target: &str) -> Option<String> {
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let named = query
-        .split('&')
-        .find_map(|kv| kv.strip_prefix("name="))
-        .or_else(|| path.strip_prefix("/plugins/"))
-        .filter(|n| !n.is_empty())?;
-    let name = named.strip_suffix(".wasm").unwrap_or(named);
-    // A file name, never a path: it may be written into the plugin directory.
-    let ok = !name.is_empty()
-        && name.len() <= 100
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && !name.starts_with('.');
-    ok.then(|| name.to_owned())
+/// What a request's head makes of it: an answer, or an upload (authorized, named) that needs
+/// its body.
+enum Routed {
+    Answer(Reply),
+    Upload(String),
 }
 
 /// Routes one request.
 pub fn route(request: Request<'_>, state: &AdminState) -> Reply {
-    let (method, target) = (request.method, request.target);
+    match route_head(request.method, request.target, request.authorization, state) {
+        Routed::Answer(reply) => reply,
+        Routed::Upload(name) => upload::upload(&name, request.body, state),
+    }
+}
+
+fn route_head(
+    method: &str,
+    target: &str,
+    authorization: Option<&str>,
+    state: &AdminState,
+) -> Routed {
     let path = target.split('?').next().unwrap_or("");
     if path == "/healthz" {
         if method != "GET" && method != "HEAD" {
-            return text(405, format!("{method} is not allowed on {path}: use GET\n"));
+            return Routed::Answer(text(
+                405,
+                format!("{method} is not allowed on {path}: use GET\n"),
+            ));
         }
-        return healthz(&state.heartbeat_ms, &state.metrics);
+        return Routed::Answer(healthz(&state.heartbeat_ms, &state.metrics));
     }
     if let Some(token) = &state.token {
-        if !bearer_matches(request.authorization, token) {
-            return text(
+        if !bearer_matches(authorization, token) {
+            return Routed::Answer(text(
                 401,
                 "missing or wrong bearer token (Authorization: Bearer <admin.token>)\n",
-            );
+            ));
         }
     }
     let plugins = path == "/plugins" || path.starts_with("/plugins/");
-    match (method, path) {
+    Routed::Answer(match (method, path) {
         ("GET", "/metrics") => Reply {
             status: 200,
             content_type: crate::metrics::CONTENT_TYPE,
@@ -252,7 +256,10 @@ pub fn route(request: Request<'_>, state: &AdminState) -> Reply {
             None => text(503, "not ready: no task assigned yet (joining the group)\n"),
         },
         ("GET", "/plugins") => json_reply(200, plugins_json(state)),
-        ("PUT", _) if plugins => upload(request, state),
+        ("PUT", _) if plugins => match upload::name(target) {
+            Ok(name) => return Routed::Upload(name),
+            Err(refused) => refused,
+        },
         (_, "/metrics" | "/readyz") => text(405, format!("{method} is not allowed on {path}\n")),
         _ if plugins => text(
             405,
@@ -262,73 +269,24 @@ pub fn route(request: Request<'_>, state: &AdminState) -> Reply {
             404,
             "not found: try /metrics, /healthz, /readyz, GET or PUT /plugins\n",
         ),
-    }
+    })
 }
 
-/// `PUT /plugins`: reads the component, swaps it in, and keeps it where a restart finds it.
-fn upload(request: Request<'_>, state: &AdminState) -> Reply {
-    let name = match upload_name(request.target) {
-        Some(name) => name,
-        None if request.target == "/plugins" => "upload".to_owned(),
-        None => {
-            return json_reply(
-                400,
-                json!({ "error": "a plugin name may hold letters, digits, '-', '_' and '.' only: PUT /plugins/<name>.wasm or /plugins?name=<name>" }),
-            )
-        }
-    };
-    let bytes = match (request.body)() {
-        Ok(b) => b,
-        Err((status, e)) => return json_reply(status, json!({ "error": e })),
-    };
-    if bytes.is_empty() {
-        return json_reply(
-            400,
-            json!({ "error": "empty body: send the .wasm component, e.g. curl -T plugin.wasm" }),
-        );
-    }
-    let source = format!("PUT /plugins ({name})");
-    match swap_recorded(&state.registry, &state.metrics, &bytes, &name, &source) {
-        Ok(version) => {
-            let mut reply = plugins_json(state);
-            reply["persisted"] = match persist(state, &name, &version.sha256, &bytes) {
-                Ok(Some(file)) => json!(file.display().to_string()),
-                Ok(None) => json!(false),
-                Err(e) => json!(format!("not persisted: {e}")),
-            };
-            if state.upload_dir.is_none() {
-                reply["note"] = json!("plugin.path is a file: this upload serves until that file changes or the host restarts; point plugin.path at a directory to keep uploads");
-            }
-            json_reply(200, reply)
-        }
-        Err(e) => json_reply(
-            422,
-            json!({
-                "error": e.to_string(),
-                "upload": name,
-                "running": state.registry.current().label.to_string(),
-            }),
-        ),
-    }
-}
+/// The admin API as the server sees it: [`route`], with uploads refused on their head (token,
+/// path, name) before their body is received.
+struct AdminRoutes(AdminState);
 
-/// Writes an accepted upload into the plugin directory (as a new newest file: the watch sees
-/// it as the version already running, a restart loads it). Written aside, then renamed in.
-fn persist(
-    state: &AdminState,
-    name: &str,
-    sha256: &str,
-    bytes: &[u8],
-) -> std::io::Result<Option<PathBuf>> {
-    let Some(dir) = &state.upload_dir else {
-        return Ok(None);
-    };
-    let file = dir.join(format!("{name}.wasm"));
-    let partial = dir.join(format!(".{name}.{}.partial", &sha256[..12]));
-    std::fs::write(&partial, bytes)?;
-    std::fs::rename(&partial, &file)?;
-    tracing::info!(file = %file.display(), "uploaded plugin kept in the plugin directory");
-    Ok(Some(file))
+impl server::Routes for AdminRoutes {
+    fn answer(&self, request: Request<'_>) -> Reply {
+        route(request, &self.0)
+    }
+
+    fn refuse_before_body(&self, target: &str, authorization: Option<&str>) -> Option<Reply> {
+        match route_head("PUT", target, authorization, &self.0) {
+            Routed::Answer(reply) => Some(reply),
+            Routed::Upload(_) => None,
+        }
+    }
 }
 
 fn plugins_json(state: &AdminState) -> serde_json::Value {
@@ -387,21 +345,5 @@ mod tests {
             assert!(!bearer_matches(Some(given), "s3cret"), "{given:?}");
         }
         assert!(!bearer_matches(None, "s3cret"));
-    }
-
-    #[test]
-    fn an_upload_is_named_by_its_file_or_query_and_never_by_a_path() {
-        assert_eq!(
-            upload_name("/plugins/order_paid_v2.wasm").as_deref(),
-            Some("order_paid_v2")
-        );
-        assert_eq!(
-            upload_name("/plugins?name=audit-1").as_deref(),
-            Some("audit-1")
-        );
-        assert_eq!(upload_name("/plugins"), None);
-        assert_eq!(upload_name("/plugins/..%2Fetc"), None);
-        assert_eq!(upload_name("/plugins/.hidden.wasm"), None);
-        assert_eq!(upload_name("/plugins?name=a/b"), None);
     }
 }

@@ -1,10 +1,11 @@
 //! The admin server's HTTP/1.1 plumbing: one request per connection, over TCP or TLS
 //! ([`super::tls`]), deadlines on the head (the TLS handshake included) and the body, and a cap
 //! on connections. Connections are tokio tasks on the admin thread, so idle
-//! clients cost no thread; `/healthz` and the GETs are answered on it directly, uploads (read,
-//! compiled, swapped for seconds) on a small blocking pool. tiny_http, used before, answered one
-//! request at a time (a slow upload held `/healthz` for 19 s) and started a thread for every
-//! connection (6,000 idle connections made 6,015 threads).
+//! clients cost no thread; `/healthz` and the GETs are answered on it directly. An upload's body
+//! is received there too ([`super::body`]: a byte budget shared by all uploads, a minimum rate),
+//! and only the whole body goes to a small blocking pool to be compiled and swapped in.
+//! tiny_http, used before, answered one request at a time (a slow upload held `/healthz` for
+//! 19 s) and started a thread for every connection (6,000 idle connections made 6,015 threads).
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +17,7 @@ use tokio::net::TcpStream;
 use tokio::time::{timeout, timeout_at, Instant};
 use tokio_rustls::TlsAcceptor;
 
+use super::body::{self, UploadBudget};
 use super::{tls, Reply, Request};
 
 /// Bounds on what clients may hold.
@@ -27,14 +29,27 @@ pub struct Limits {
     /// Time from connecting to the end of the headers: the TLS handshake, the request line and
     /// the headers.
     pub head_timeout: Duration,
-    /// Time to send the whole body.
+    /// Time to send the whole body, once there is room for it in `upload_budget`.
     pub body_timeout: Duration,
     /// Time a connection past the cap has to send its request line.
     pub overflow_read: Duration,
     /// Largest body accepted.
     pub max_body: u64,
-    /// Uploads handled at once (each may compile for seconds); more wait their turn.
+    /// Uploads compiled at once (each may take seconds); more wait their turn, their bodies
+    /// already received.
     pub upload_threads: usize,
+    /// Bytes of upload bodies held at once, all uploads together: each reserves its
+    /// Content-Length before its body is read, so concurrent uploads take no more memory than
+    /// this between them (one `max_body` by default).
+    pub upload_budget: u64,
+    /// How long an upload waits for room in `upload_budget` before it gets 503.
+    pub budget_wait: Duration,
+    /// Slowest average rate (bytes/s) a body may arrive at once `body_grace` has passed: so a
+    /// client must keep sending to keep its share of the budget. Low enough for any link an
+    /// upload is sent over.
+    pub min_body_rate: u64,
+    /// Time a body may take before `min_body_rate` applies (a client's slow start).
+    pub body_grace: Duration,
 }
 
 impl Default for Limits {
@@ -46,6 +61,10 @@ impl Default for Limits {
             overflow_read: Duration::from_millis(500),
             max_body: 512 << 20,
             upload_threads: 4,
+            upload_budget: 512 << 20,
+            budget_wait: Duration::from_secs(15),
+            min_body_rate: 256 << 10,
+            body_grace: Duration::from_secs(10),
         }
     }
 }
@@ -58,7 +77,31 @@ trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 type Stream = Box<dyn Io>;
 
-/// Serves until `stop` is set: `serve` answers a request, `healthz` the liveness probe; over TLS
+/// What the server asks of the admin API. A closure `Fn(Request) -> Reply` is one that refuses
+/// no upload before its body arrives (enough for tests of the plumbing).
+pub trait Routes: Send + Sync + 'static {
+    /// Answers a request: at once on the admin thread, except an upload (`PUT`), answered on
+    /// the upload pool with its body already received (`request.body` hands it over, or why
+    /// it was not received).
+    fn answer(&self, request: Request<'_>) -> Reply;
+
+    /// The answer to a `PUT` that is refused on its head alone (token, path, name): given
+    /// before the body is read, so a client that may not upload gets no share of the budget.
+    fn refuse_before_body(&self, _target: &str, _authorization: Option<&str>) -> Option<Reply> {
+        None
+    }
+}
+
+impl<F> Routes for F
+where
+    F: Fn(Request<'_>) -> Reply + Send + Sync + 'static,
+{
+    fn answer(&self, request: Request<'_>) -> Reply {
+        self(request)
+    }
+}
+
+/// Serves until `stop` is set: `serve` answers requests, `healthz` the liveness probe; over TLS
 /// only when `tls` is given. Returns the bound address and the server's thread.
 pub fn start<F, H>(
     listener: TcpListener,
@@ -69,7 +112,7 @@ pub fn start<F, H>(
     healthz: H,
 ) -> std::io::Result<(SocketAddr, std::thread::JoinHandle<()>)>
 where
-    F: Fn(Request<'_>) -> Reply + Send + Sync + 'static,
+    F: Routes,
     H: Fn() -> Reply + Send + Sync + 'static,
 {
     let addr = listener.local_addr()?;
@@ -80,6 +123,7 @@ where
         .thread_name("admin-upload")
         .build()?;
     let (serve, healthz) = (Arc::new(serve), Arc::new(healthz));
+    let budget = Arc::new(UploadBudget::new(limits.upload_budget));
     let tls = tls.map(TlsAcceptor::from);
     let thread = std::thread::Builder::new()
         .name("admin".into())
@@ -109,10 +153,16 @@ where
                     let (serve, healthz, tls) = (serve.clone(), healthz.clone(), tls.clone());
                     match slots.clone().try_acquire_owned() {
                         Ok(slot) => {
+                            let budget = budget.clone();
                             tokio::spawn(async move {
                                 let deadline = Instant::now() + limits.head_timeout;
                                 if let Some(stream) = open(stream, tls.as_ref(), deadline).await {
-                                    connection(stream, deadline, limits, serve, &*healthz).await;
+                                    let served = Served {
+                                        limits,
+                                        serve,
+                                        budget,
+                                    };
+                                    connection(stream, deadline, &served, &*healthz).await;
                                 }
                                 drop(slot);
                             });
@@ -175,16 +225,19 @@ async fn overflow<H: Fn() -> Reply>(
     write_reply(stream, &reply, false).await;
 }
 
-async fn connection<F, H>(
-    mut stream: Stream,
-    deadline: Instant,
+/// What every connection shares: the limits, the routes and the upload budget.
+struct Served<F> {
     limits: Limits,
     serve: Arc<F>,
+    budget: Arc<UploadBudget>,
+}
+
+async fn connection<F: Routes, H: Fn() -> Reply>(
+    mut stream: Stream,
+    deadline: Instant,
+    served: &Served<F>,
     healthz: &H,
-) where
-    F: Fn(Request<'_>) -> Reply + Send + Sync + 'static,
-    H: Fn() -> Reply,
-{
+) {
     let head = match timeout_at(deadline, read_head(&mut stream)).await {
         Ok(Ok(head)) => head,
         Ok(Err(HeadError::Bad(why))) => {
@@ -201,7 +254,7 @@ async fn connection<F, H>(
     }
     if head.method != "PUT" {
         // Reads of shared state: quick, answered here.
-        let reply = serve(Request {
+        let reply = served.serve.answer(Request {
             method: &head.method,
             target: &head.target,
             authorization: head.authorization.as_deref(),
@@ -210,47 +263,61 @@ async fn connection<F, H>(
         write_reply(stream, &reply, head_only).await;
         return;
     }
-    // An upload: read (only if the route asks, after its token check), compiled and swapped
-    // on the blocking pool.
-    let runtime = tokio::runtime::Handle::current();
+    upload(stream, head, served).await;
+}
+
+/// A `PUT`: refused on its head, or its body received here (holding its share of the budget)
+/// and only then answered on the blocking pool, where it is compiled and swapped in.
+async fn upload<F: Routes>(mut stream: Stream, mut head: Head, served: &Served<F>) {
+    let authorization = head.authorization.as_deref();
+    if let Some(reply) = served.serve.refuse_before_body(&head.target, authorization) {
+        write_reply(stream, &reply, false).await;
+        return;
+    }
+    let limits = &served.limits;
+    let received = async {
+        let Some(length) = head.content_length else {
+            return Err((
+                411,
+                "send the body with a Content-Length (e.g. curl -T plugin.wasm)".to_owned(),
+            ));
+        };
+        if length > limits.max_body {
+            return Err((
+                413,
+                format!(
+                    "the upload ({}) is larger than the {} this host accepts",
+                    body::size(length),
+                    body::size(limits.max_body)
+                ),
+            ));
+        }
+        let room = served.budget.reserve(length, limits.budget_wait).await?;
+        let start = std::mem::take(&mut head.rest);
+        let body = body::read(&mut stream, start, length, limits).await?;
+        Ok((body, room))
+    }
+    .await;
+    let serve = served.serve.clone();
     let answered = tokio::task::spawn_blocking(move || {
-        let Head {
-            method,
-            target,
-            authorization,
-            content_length,
-            mut rest,
-        } = head;
-        let reply = serve(Request {
-            method: &method,
-            target: &target,
-            authorization: authorization.as_deref(),
-            body: &mut || {
-                let Some(length) = content_length else {
-                    return Err((
-                        411,
-                        "send the body with a Content-Length (e.g. curl -T plugin.wasm)".to_owned(),
-                    ));
-                };
-                if length > limits.max_body {
-                    return Err((
-                        413,
-                        format!("the upload is larger than {} MiB", limits.max_body >> 20),
-                    ));
-                }
-                runtime.block_on(read_body(
-                    &mut stream,
-                    &mut rest,
-                    length,
-                    limits.body_timeout,
-                ))
-            },
+        let (mut body, room) = match received {
+            Ok((body, room)) => (Ok(body), Some(room)),
+            Err(refused) => (Err(refused), None),
+        };
+        let reply = serve.answer(Request {
+            method: &head.method,
+            target: &head.target,
+            authorization: head.authorization.as_deref(),
+            body: &mut || std::mem::replace(&mut body, Ok(Vec::new())),
         });
-        (stream, reply)
+        // The body's share of the budget comes back once the upload is answered: until then
+        // its bytes are still held.
+        drop(room);
+        reply
     })
     .await;
     match answered {
-        Ok((stream, reply)) => write_reply(stream, &reply, false).await,
+        Ok(reply) => write_reply(stream, &reply, false).await,
         Err(e) => tracing::error!("admin server: an upload handler failed: {e}"),
     }
 }
@@ -322,46 +389,6 @@ async fn read_head(stream: &mut Stream) -> Result<Head, HeadError> {
     Ok(head)
 }
 
-/// Reads `length` body bytes (the first ones may already be in `start`) within `limit`.
-async fn read_body(
-    stream: &mut Stream,
-    start: &mut Vec<u8>,
-    length: u64,
-    limit: Duration,
-) -> Result<Vec<u8>, (u16, String)> {
-    let deadline = Instant::now() + limit;
-    let mut body = std::mem::take(start);
-    body.truncate(length as usize);
-    let mut chunk = vec![0; 64 * 1024];
-    while (body.len() as u64) < length {
-        let want = chunk.len().min((length - body.len() as u64) as usize);
-        match tokio::time::timeout_at(deadline, stream.read(&mut chunk[..want])).await {
-            Err(_) => {
-                return Err((
-                    408,
-                    format!(
-                        "the upload did not arrive within {} s ({} of {length} bytes)",
-                        limit.as_secs_f64(),
-                        body.len()
-                    ),
-                ))
-            }
-            Ok(Ok(0)) => {
-                return Err((
-                    400,
-                    format!(
-                        "the connection closed after {} of {length} bytes",
-                        body.len()
-                    ),
-                ))
-            }
-            Ok(Ok(n)) => body.extend_from_slice(&chunk[..n]),
-            Ok(Err(e)) => return Err((400, format!("reading the upload: {e}"))),
-        }
-    }
-    Ok(body)
-}
-
 async fn write_reply(mut stream: Stream, reply: &Reply, head_only: bool) {
     let reason = match reply.status {
         200 => "OK",
@@ -399,124 +426,4 @@ async fn write_reply(mut stream: Stream, reply: &Reply, head_only: bool) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::{Read as _, Write as _};
-    use std::net::TcpStream;
-    use std::time::Instant;
-
-    /// A server whose PUT reads the body and answers its length; GET answers "ok".
-    fn serve(limits: Limits) -> (String, Arc<AtomicBool>) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let (addr, _thread) = start(
-            listener,
-            limits,
-            None,
-            stop.clone(),
-            |r: Request<'_>| match r.method {
-                "PUT" => match (r.body)() {
-                    Ok(b) => Reply::text(200, format!("{} bytes", b.len())),
-                    Err((status, why)) => Reply::text(status, why),
-                },
-                _ => Reply::text(200, "ok"),
-            },
-            || Reply::text(200, "healthy"),
-        )
-        .unwrap();
-        (addr.to_string(), stop)
-    }
-
-    fn exchange(addr: &str, request: &[u8]) -> String {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(request).unwrap();
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out
-    }
-
-    #[test]
-    fn a_slow_upload_holds_no_other_request_and_times_out() {
-        let limits = Limits {
-            body_timeout: Duration::from_millis(800),
-            ..Limits::default()
-        };
-        let (addr, stop) = serve(limits);
-        // Head and 3 of 1000 body bytes, then nothing.
-        let mut slow = TcpStream::connect(&addr).unwrap();
-        slow.write_all(b"PUT /plugins HTTP/1.1\r\nContent-Length: 1000\r\n\r\nabc")
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-        let started = Instant::now();
-        let health = exchange(&addr, b"GET /healthz HTTP/1.1\r\n\r\n");
-        assert!(health.starts_with("HTTP/1.1 200"), "{health}");
-        let took = started.elapsed();
-        // Before: tiny_http served one request at a time, so this waited for the upload.
-        assert!(took < Duration::from_millis(300), "took {took:?}");
-        let mut answer = String::new();
-        slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let _ = slow.read_to_string(&mut answer);
-        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
-        assert!(answer.contains("3 of 1000 bytes"), "{answer}");
-        let done = exchange(
-            &addr,
-            b"PUT /plugins HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
-        );
-        assert!(done.ends_with("5 bytes"), "{done}");
-        stop.store(true, Ordering::Relaxed);
-    }
-
-    #[test]
-    fn idle_connections_past_the_cap_are_refused_but_healthz_still_answers() {
-        let limits = Limits {
-            max_connections: 8,
-            ..Limits::default()
-        };
-        let (addr, stop) = serve(limits);
-        let idle: Vec<TcpStream> = (0..40)
-            .map(|_| TcpStream::connect(&addr).unwrap())
-            .collect();
-        std::thread::sleep(Duration::from_millis(300));
-        let health = exchange(&addr, b"GET /healthz HTTP/1.1\r\n\r\n");
-        assert!(
-            health.starts_with("HTTP/1.1 200") && health.ends_with("healthy"),
-            "{health}"
-        );
-        let metrics = exchange(&addr, b"GET /metrics HTTP/1.1\r\n\r\n");
-        assert!(metrics.starts_with("HTTP/1.1 503"), "{metrics}");
-        assert!(metrics.contains("too many admin connections"), "{metrics}");
-        drop(idle);
-        // The slots come back once the idle clients go.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let metrics = exchange(&addr, b"GET /metrics HTTP/1.1\r\n\r\n");
-            if metrics.starts_with("HTTP/1.1 200") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{metrics}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        stop.store(true, Ordering::Relaxed);
-    }
-
-    #[test]
-    fn a_body_without_length_or_too_large_is_refused_before_it_is_read() {
-        let limits = Limits {
-            max_body: 10,
-            ..Limits::default()
-        };
-        let (addr, stop) = serve(limits);
-        let chunked = exchange(
-            &addr,
-            b"PUT /plugins HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-        );
-        assert!(chunked.starts_with("HTTP/1.1 411"), "{chunked}");
-        let large = exchange(
-            &addr,
-            b"PUT /plugins HTTP/1.1\r\nContent-Length: 11\r\n\r\n",
-        );
-        assert!(large.starts_with("HTTP/1.1 413"), "{large}");
-        stop.store(true, Ordering::Relaxed);
-    }
-}
+mod tests;

@@ -305,8 +305,15 @@ pub(crate) fn deploy(args: DeployArgs) -> Result<ExitCode> {
                 v["sha256"].as_str().unwrap_or("?")
             );
             match &v["persisted"] {
+                // The host could not write it: its reason.
+                serde_json::Value::String(why) if why.starts_with("not persisted") => {
+                    println!("{why}: it serves until the host restarts")
+                }
                 serde_json::Value::String(file) => println!("kept by the host as {file}"),
                 _ => println!("not kept by the host: it serves until its plugin.path changes or it restarts (point plugin.path at a directory to keep uploads)"),
+            }
+            if let Some(note) = v["note"].as_str() {
+                println!("{note}");
             }
             Ok(ExitCode::SUCCESS)
         }
