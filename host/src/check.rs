@@ -1,8 +1,10 @@
-//! `cojoin check`: what can be known before running — the config, the broker, the two topics and
-//! their partition counts, the plugin, and whether the producers of both topics put the same key in
-//! the same partition number (sampled from the data).
+//! `cojoin check`: what can be known before running — the config, whether `state.dir` takes this
+//! host's spill directory, the broker, the two topics and their partition counts, the plugin, and
+//! whether the producers of both topics put the same key in the same partition number (sampled
+//! from the data). The local checks ([`state_dir_report`]) need no broker and are tested here.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -11,6 +13,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::Config;
+use crate::join::SpillDir;
 use crate::kafka::authz::Verdict;
 use crate::kafka::partitioner::{self, Partitioner};
 use crate::kafka::{assignment, protocol};
@@ -76,8 +79,61 @@ fn describe(p: &[Partitioner]) -> &'static str {
     }
 }
 
+/// Every check. A failure to reach the broker or read a topic is a problem like the others, so
+/// what was found before it (a `state.dir` that will not do) is still said; the `Err` side is
+/// left for callers that match on it.
 pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
     let mut report = CheckReport::default();
+    state_dir_report(&config.state.dir(), &mut report);
+    if let Err(e) = broker_report(config, per_topic, &mut report) {
+        report.problems.push(format!("{e:#}"));
+    }
+    Ok(report)
+}
+
+/// Tries `state.dir` as `cojoin run` uses it when it starts: creates this process's spill
+/// directory under it ([`SpillDir::create`], which also clears the leftovers of dead hosts, as a
+/// start does) and removes it again, with the directories above it that the try made. A bad
+/// `state.dir` (a file, a parent that cannot be created, no write permission) was otherwise found
+/// only when `run` stopped on it. Tried as the user running check: the host's user needs the same.
+pub fn state_dir_report(base: &Path, report: &mut CheckReport) {
+    // The missing part of the path, deepest first: created by the probe, so removed after it.
+    let missing: Vec<PathBuf> = base
+        .ancestors()
+        .filter(|p| !p.as_os_str().is_empty())
+        .take_while(
+            |p| matches!(p.symlink_metadata(), Err(e) if e.kind() == std::io::ErrorKind::NotFound),
+        )
+        .map(Path::to_owned)
+        .collect();
+    // Dropped at once: the last `Arc` removes the spill directory.
+    let probe = SpillDir::create(base).map(drop);
+    for dir in &missing {
+        // `remove_dir` takes only an empty directory: one a host started using meanwhile stays.
+        if std::fs::remove_dir(dir).is_err() {
+            break;
+        }
+    }
+    match probe {
+        Ok(()) => report.lines.push(format!(
+            "state.dir {base:?}: this host's spill directory can be created there (tried as this user)"
+        )),
+        Err(e) => {
+            let hint = base
+                .ancestors()
+                .find(|p| p.exists())
+                .filter(|p| !p.is_dir())
+                .map_or(String::new(), |p| format!(" ({p:?} is not a directory)"));
+            report.problems.push(format!(
+                "state.dir {base:?}: cannot create this host's spill directory there{hint}: {e}; \
+                 make it a directory the host's user can write, or set state.dir to one (run refuses to start without it)"
+            ));
+        }
+    }
+}
+
+/// What the broker says: topics, permissions, repartitioning, and where the producers put keys.
+fn broker_report(config: &Config, per_topic: usize, report: &mut CheckReport) -> Result<()> {
     let (left, right) = (config.join.left.as_str(), config.join.right.as_str());
     // A group of its own that it never joins (librdkafka's assign needs one); a principal with no
     // ACL on it sees one GroupAuthorizationFailed logged by librdkafka, and nothing fails.
@@ -144,10 +200,10 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
         }
     }
     let plan = crate::repartition::plan(&config.join, &config.kafka.group_id, lc, rc);
-    permissions_report(config, &plan, &mut report)?;
+    permissions_report(config, &plan, report)?;
     if hidden(left) || hidden(right) {
         // Partition counts and keys cannot be read until the permissions are granted.
-        return Ok(report);
+        return Ok(());
     }
     if lc > 0 && rc > 0 && !plan.sides.is_empty() {
         return repartition_report(config, &consumer, &plan, [lc, rc], per_topic, report);
@@ -157,7 +213,7 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
     ));
     if let Err(e) = assignment::check_counts(left, lc, right, rc) {
         report.problems.push(e.to_string());
-        return Ok(report);
+        return Ok(());
     }
 
     let l = sample(&consumer, left, lc, per_topic)?;
@@ -197,7 +253,7 @@ pub fn check(config: &Config, per_topic: usize) -> Result<CheckReport> {
             "{both} keys found in both topics, all in the same partition number"
         ));
     }
-    Ok(report)
+    Ok(())
 }
 
 /// Asks the broker for every permission the config needs: a missing one is a problem naming the
@@ -241,8 +297,8 @@ fn repartition_report(
     plan: &crate::repartition::Plan,
     counts: [usize; 2],
     per_topic: usize,
-    mut report: CheckReport,
-) -> Result<CheckReport> {
+    report: &mut CheckReport,
+) -> Result<()> {
     for side in &plan.sides {
         report.lines.push(format!(
             "repartitioning: {} is re-keyed into {} ({} partitions, murmur2) because {}; \
@@ -271,5 +327,94 @@ fn repartition_report(
             ));
         }
     }
-    Ok(report)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state_dir(base: &Path) -> CheckReport {
+        let mut report = CheckReport::default();
+        state_dir_report(base, &mut report);
+        report
+    }
+
+    #[test]
+    fn a_state_dir_that_is_a_file_or_under_one_is_a_problem_naming_it_and_the_fix() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("not-a-dir");
+        std::fs::write(&file, "x").unwrap();
+        // The file itself, and a missing parent that cannot be created because a file is in
+        // the way: both made `cojoin run` stop at start, and check said nothing.
+        for base in [file.clone(), file.join("state")] {
+            let report = state_dir(&base);
+            assert_eq!(report.problems.len(), 1, "{base:?}: {report:?}");
+            let problem = &report.problems[0];
+            for says in [
+                format!("state.dir {base:?}"),
+                format!("{file:?} is not a directory"),
+                "os error".to_owned(),
+                "set state.dir to one".to_owned(),
+            ] {
+                assert!(problem.contains(&says), "{says:?} missing in: {problem}");
+            }
+            assert!(report.lines.is_empty(), "{report:?}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "x",
+            "left as it was"
+        );
+    }
+
+    #[test]
+    fn a_state_dir_this_user_cannot_write_is_a_problem() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("read-only");
+        std::fs::create_dir(&base).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o555)).unwrap();
+        if std::fs::create_dir(base.join("probe")).is_ok() {
+            // Root (or CAP_DAC_OVERRIDE) writes anyway: nothing to find.
+            eprintln!("skipped: this user writes into a 0555 directory");
+            return;
+        }
+        let report = state_dir(&base);
+        assert_eq!(report.problems.len(), 1, "{report:?}");
+        let problem = &report.problems[0];
+        assert!(
+            problem.contains(&format!("state.dir {base:?}"))
+                && problem.contains("Permission denied")
+                && problem.contains("can write"),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn a_usable_state_dir_is_said_and_left_as_it_was_found() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Missing parents are created, as the host does, and removed again after the try.
+        let nested = tmp.path().join("a").join("b").join("state");
+        let report = state_dir(&nested);
+        assert!(report.problems.is_empty(), "{report:?}");
+        assert_eq!(
+            report.lines,
+            [format!(
+                "state.dir {nested:?}: this host's spill directory can be created there (tried as this user)"
+            )]
+        );
+        assert!(!tmp.path().join("a").exists(), "check left what it made");
+
+        // An existing directory keeps what it holds, and holds no spill directory of the try.
+        let existing = tmp.path().join("existing");
+        std::fs::create_dir(&existing).unwrap();
+        std::fs::write(existing.join("keep"), "x").unwrap();
+        assert!(state_dir(&existing).problems.is_empty());
+        let names: Vec<_> = std::fs::read_dir(&existing)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["keep"]);
+    }
 }

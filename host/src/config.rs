@@ -321,9 +321,13 @@ pub struct JoinConfig {
     pub max_idle: Duration,
     /// How far ahead of the host's clock a record's timestamp may be (Kafka's
     /// `message.timestamp.after.max.ms`); later records are dead-lettered as `future-timestamp`
-    /// and do not move stream time. Default: `"1h"`.
-    #[serde(default = "default_max_future", with = "duration")]
+    /// and do not move stream time. Default: `window + grace`, at least `"1m"`, at most `"1h"`
+    /// (`default_max_future`). [`Config::parse`] sets it from `max_future_setting`.
+    #[serde(skip)]
     pub max_future: Duration,
+    /// `join.max_future` as written, `None` when left out: read once, by [`Config::parse`].
+    #[serde(default, rename = "max_future", with = "optional_duration")]
+    max_future_setting: Option<Duration>,
     /// Records older than stream time − window − grace. Default: `dead-letter`.
     #[serde(default = "dead_letter")]
     pub late: RecordPolicy,
@@ -414,8 +418,29 @@ pub enum TombstonePolicy {
     DeadLetter,
 }
 
-fn default_max_future() -> Duration {
-    Duration::from_secs(3600)
+/// `join.max_future` when left out: the window plus its grace. A record accepted ahead of the
+/// clock moves stream time at most that far, so a record stamped at the clock afterwards is not
+/// late (late is older than stream time − window − grace); with the former fixed hour, one record
+/// 59 minutes ahead made every later record of a 10 s window late. At least a minute: producer
+/// clocks run a little ahead of the host's, and a record reaches its task a round after the host
+/// last read its clock. So a join whose window and grace are under a minute may still see the
+/// records of a minute − window − grace late after one a minute ahead, rather than on-time
+/// records dead-lettered as future ones. At most an hour, the default before it followed the
+/// window: a longer window takes no record from further ahead unless told to. Every join kind
+/// (inner, left, outer) has a window, so every join gets this default.
+fn default_max_future(window: Duration, grace: Duration) -> Duration {
+    const FLOOR: Duration = Duration::from_secs(60);
+    const CEILING: Duration = Duration::from_secs(3600);
+    window.saturating_add(grace).clamp(FLOOR, CEILING)
+}
+
+impl JoinConfig {
+    /// Fills in what depends on other fields: `max_future` when left out.
+    fn resolve_defaults(&mut self) {
+        self.max_future = self
+            .max_future_setting
+            .unwrap_or_else(|| default_max_future(self.window, self.grace));
+    }
 }
 
 fn default_max_idle() -> Duration {
@@ -644,10 +669,11 @@ impl Config {
 
     /// Parses and validates.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: PathBuf::new(),
             message: parse_error(text, &e),
         })?;
+        config.join.resolve_defaults();
         config.validate()?;
         Ok(config)
     }
@@ -1088,7 +1114,8 @@ mod tests {
         assert_eq!(c.join.kind, Kind::Inner);
         assert_eq!(c.join.grace, Duration::ZERO);
         assert_eq!(c.join.max_idle, Duration::from_millis(100));
-        assert_eq!(c.join.max_future, Duration::from_secs(3600));
+        // Left out: the 5 min window plus no grace.
+        assert_eq!(c.join.max_future, Duration::from_secs(300));
         assert_eq!(c.join.late, RecordPolicy::DeadLetter);
         assert_eq!(c.plugin.deadline, Duration::from_millis(500));
         assert_eq!(c.plugin.memory_mib, 256);
@@ -1216,6 +1243,36 @@ mod tests {
         let text = MINIMAL.replace("window = \"5m\"", "window = \"5m\"\nwindw = \"1s\"");
         let err = Config::parse(&text).unwrap_err().to_string();
         assert!(err.contains("windw"), "{err}");
+    }
+
+    #[test]
+    fn join_max_future_left_out_is_window_plus_grace_between_a_minute_and_an_hour() {
+        let max_future = |join: &str| {
+            let text = MINIMAL.replace("window = \"5m\"", join);
+            Config::parse(&text).unwrap().join.max_future
+        };
+        // The probe's join: a record 59 min ahead was inside the old 1 h default and made every
+        // later record of a 10 s window late. Now one more than a minute ahead is refused.
+        assert_eq!(
+            max_future("window = \"10s\"\ngrace = \"2s\""),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            max_future("window = \"5m\"\ngrace = \"30s\""),
+            Duration::from_secs(330)
+        );
+        assert_eq!(max_future("window = \"2h\""), Duration::from_secs(3600));
+        assert_eq!(
+            max_future("window = \"10m\"\ngrace = \"55m\""),
+            Duration::from_secs(3600)
+        );
+        // Set, it is kept as written, whatever the window.
+        for (set, kept) in [("1h", 3600), ("3h", 3 * 3600), ("0s", 0)] {
+            assert_eq!(
+                max_future(&format!("window = \"10s\"\nmax_future = \"{set}\"")),
+                Duration::from_secs(kept)
+            );
+        }
     }
 
     #[test]
