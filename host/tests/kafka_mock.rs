@@ -910,10 +910,36 @@ fn exactly_once_rides_out_retriable_transaction_errors_and_a_broker_outage_witho
 }
 
 /// A transaction error the producer cannot survive (INVALID_TXN_STATE on EndTxn is fatal in
-/// librdkafka) stops the host with the reason, committing nothing; a new host resumes from the
-/// last commit and no order is lost.
+/// librdkafka, as a broker's fencing is) renews the producer: the host goes on, its tasks replay
+/// from the last commit, and no order is lost.
 #[test]
-fn exactly_once_stops_with_the_reason_on_a_fatal_transaction_error_and_a_restart_loses_nothing() {
+fn exactly_once_renews_a_producer_failed_for_good_and_loses_nothing() {
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+    let (cluster, bootstrap) = join_cluster();
+    let group = format!("eos-renew-{}", std::process::id());
+    let (p, host) = host_on_first_half(&bootstrap, eos_config(&bootstrap, &group));
+    cluster.request_errors(
+        RDKafkaApiKey::EndTxn,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE],
+    );
+    produce_orders(&p, 100, 200);
+    produce_ticks(&p);
+    let outputs = read_outputs(&bootstrap, every_order_in);
+    assert!(
+        !host.thread.is_finished(),
+        "the host stopped after one fatal transaction error"
+    );
+    host.stop();
+    assert_every_order_reported(&outputs);
+}
+
+/// A producer failed for good again and again, with no commit between (another process with the
+/// transactional id, say), stops the host with the reason, committing nothing; a new host resumes
+/// from the last commit and no order is lost.
+#[test]
+fn exactly_once_stops_with_the_reason_when_renewed_producers_keep_failing_and_a_restart_loses_nothing(
+) {
     use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
     let (cluster, bootstrap) = join_cluster();
@@ -921,14 +947,14 @@ fn exactly_once_stops_with_the_reason_on_a_fatal_transaction_error_and_a_restart
     let (p, host) = host_on_first_half(&bootstrap, eos_config(&bootstrap, &group));
     cluster.request_errors(
         RDKafkaApiKey::EndTxn,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE],
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_TXN_STATE; 12],
     );
     produce_orders(&p, 100, 150);
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(90);
     while !host.thread.is_finished() {
         assert!(
             Instant::now() < deadline,
-            "the host kept running after a fatal transaction error"
+            "the host kept running while every transaction failed for good"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -939,7 +965,11 @@ fn exactly_once_stops_with_the_reason_on_a_fatal_transaction_error_and_a_restart
         .expect_err("the host stops with an error");
     let message = format!("{error:#}");
     eprintln!("{message}");
-    assert!(message.contains("failed for good"), "{message}");
+    assert!(
+        message.contains("failed for good") && message.contains("renewed 3 times"),
+        "{message}"
+    );
+    cluster.clear_request_errors(RDKafkaApiKey::EndTxn);
 
     let host = start_host_config(eos_config(&bootstrap, &group));
     produce_orders(&p, 150, 200);
