@@ -421,6 +421,20 @@ fn static_restart(protocol: &str, kill9: bool) {
     let outputs = Outputs::start(&kafka);
     outputs.wait(Duration::from_secs(60), Duration::ZERO, |r| r.len() >= 100);
 
+    // A task's line comes after its assignment's, once its committed offsets are read: the
+    // counts below are taken once every task held has started (on a busy machine host-1's third
+    // came after the first 100 outputs, and counted as a task started by the restart).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let settled = |h: &HostProcess| {
+        let started = h.tasks_started();
+        h.assignments()
+            .last()
+            .is_some_and(|(left, _)| left.iter().all(|p| started.contains(p)))
+    };
+    while !hosts.iter().all(settled) {
+        assert!(Instant::now() < deadline, "tasks not started within 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let held = hosts[0].assignments().pop().unwrap();
     let logged = hosts[0].assignments().len();
     let other_log = hosts[1].assignments().len();
