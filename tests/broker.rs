@@ -242,15 +242,20 @@ impl Kafka {
             })?;
             kafka.security = Some(Security::read(&data, port, ssl));
         }
+        kafka.wait_serving(deadline, "serving")?;
+        Ok(kafka)
+    }
+
+    /// Waits until the broker answers metadata (`what` names the wait in a failure).
+    fn wait_serving(&mut self, deadline: Instant, what: &str) -> Result<(), String> {
         // The super user's client (SCRAM over TLS) is refused until the broker has its
         // credentials; logging each refusal while it starts would only be noise.
-        let consumer: BaseConsumer = kafka.client().set("log_level", "0").create().unwrap();
-        kafka.wait_until(deadline, "serving", || {
+        let consumer: BaseConsumer = self.client().set("log_level", "0").create().unwrap();
+        self.wait_until(deadline, what, || {
             consumer
                 .fetch_metadata(None, Duration::from_secs(1))
                 .is_ok_and(|m| !m.brokers().is_empty())
-        })?;
-        Ok(kafka)
+        })
     }
 
     /// Restarts the broker as an operator would (SIGTERM, then the same broker again on its data,
@@ -269,15 +274,9 @@ impl Kafka {
         std::thread::sleep(down.saturating_sub(stopped.elapsed()));
         self.child = spawn_broker(&self.command, self.secured, &self.log, None)
             .unwrap_or_else(|why| panic!("{why}"));
-        let consumer: BaseConsumer = self.client().set("log_level", "0").create().unwrap();
-        self.wait_until(
+        self.wait_serving(
             Instant::now() + START_TIMEOUT,
             "served again after a restart",
-            || {
-                consumer
-                    .fetch_metadata(None, Duration::from_secs(1))
-                    .is_ok_and(|m| !m.brokers().is_empty())
-            },
         )
         .unwrap_or_else(|why| panic!("{why}"));
         stopped.elapsed()

@@ -46,18 +46,7 @@ impl Polled {
             && self.error.is_none()
         {
             // A short wait: the probe is read again soon after the workers finish.
-            match source.poll(Duration::from_millis(1)) {
-                Err(e) => self.error = Some(e),
-                Ok(record) if source.rebalance_pending() => {
-                    self.rebalance = true;
-                    self.after.extend(record);
-                }
-                Ok(Some(record)) => {
-                    self.bytes += record.event.footprint();
-                    self.before.push(record);
-                }
-                Ok(None) => {}
-            }
+            self.keep(source, source.poll(Duration::from_millis(1)));
         }
     }
 
@@ -67,10 +56,15 @@ impl Polled {
     /// as [`Polled::poll_while`] keeps one (a poll every half second adds two records a second at
     /// most, beyond the byte share).
     pub fn keep_alive(&mut self, source: &Source) {
-        if self.error.is_some() {
-            return;
+        if self.error.is_none() {
+            self.keep(source, source.poll(Duration::ZERO));
         }
-        match source.poll(Duration::ZERO) {
+    }
+
+    /// Keeps what a poll returned: a record before any rebalance callback, or after one (the
+    /// callback ran in that poll or an earlier one), or the consumer's error.
+    fn keep(&mut self, source: &Source, polled: anyhow::Result<Option<Record>>) {
+        match polled {
             Err(e) => self.error = Some(e),
             Ok(record) if self.rebalance || source.rebalance_pending() => {
                 self.rebalance = true;
