@@ -4,7 +4,6 @@
 //! output too large for the broker ended the host before it committed, and every restart replayed
 //! the same input and ended again.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -12,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
@@ -21,13 +20,22 @@ use crate::event::Event;
 use crate::kafka::transaction::{is_fatal, KeepAlive, Outcome, Transactions};
 use crate::metrics::Metrics;
 use crate::report::Happened;
-use crate::task::{Batch, DeadLetter, Emit, PartitionTask};
+use crate::task::{Batch, Emit, PartitionTask};
 
-const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+mod headers;
+mod remembered;
+mod topics;
+mod verdict;
+
+use headers::{dead_letter_headers, kafka_headers, log_dead_letter};
+pub(crate) use headers::{error_headers, omission_headers};
+use remembered::Remembered;
+pub use topics::topic_exists;
+use topics::KnownTopics;
+pub(crate) use verdict::{refuses_whole_request, verdict, Verdict};
+
 /// How long a round's records may take to be delivered, resends included.
 const DELIVERY_BOUND: Duration = Duration::from_secs(60);
-/// A topic found missing is looked up again after this long (someone may have created it).
-const RECHECK_MISSING: Duration = Duration::from_secs(10);
 
 /// The join's output transactions: on the sink's producer.
 pub type SinkTransactions = Transactions<Deliveries>;
@@ -74,60 +82,6 @@ impl ProducerContext for Deliveries {
     }
 }
 
-/// How a failed send or delivery is handled.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// This record will never be accepted (too large, no such topic, not allowed): its inputs
-    /// are dead-lettered.
-    Refused,
-    /// The producer cannot go on (an idempotence fatal error): the host stops without committing.
-    Fatal,
-    /// Not allowed by the broker's ACLs: on a topic the config names the host stops (see
-    /// [`Sink::unauthorized`]); on a topic a plugin named, that output is refused.
-    Unauthorized,
-    /// Anything else (timeouts, a broker away) is sent again.
-    Transient,
-}
-
-/// Whether the broker refuses a whole produce request for `e` when one record of it is at fault.
-pub(crate) fn refuses_whole_request(e: &KafkaError) -> bool {
-    use RDKafkaErrorCode as C;
-    matches!(
-        e.rdkafka_error_code(),
-        Some(
-            C::MessageSizeTooLarge
-                | C::MessageBatchTooLarge
-                | C::InvalidMessage
-                | C::InvalidRecord
-                | C::InvalidTimestamp
-                | C::InvalidMessageSize
-        )
-    )
-}
-
-pub(crate) fn verdict(e: &KafkaError) -> Verdict {
-    use RDKafkaErrorCode as C;
-    match e.rdkafka_error_code() {
-        Some(
-            C::MessageSizeTooLarge
-            | C::InvalidMessageSize
-            | C::MessageBatchTooLarge
-            | C::InvalidMessage
-            | C::InvalidRecord
-            | C::InvalidTimestamp
-            | C::UnknownTopic
-            | C::UnknownTopicOrPartition
-            | C::UnknownPartition
-            | C::InvalidTopic
-            | C::PolicyViolation
-            | C::InvalidArgument,
-        ) => Verdict::Refused,
-        Some(C::TopicAuthorizationFailed) => Verdict::Unauthorized,
-        Some(C::Fatal) => Verdict::Fatal,
-        _ => Verdict::Transient,
-    }
-}
-
 /// A record of the round: which batch and emit it comes from, and for a dead letter which input.
 #[derive(Clone, Copy, Debug)]
 struct Origin {
@@ -167,58 +121,6 @@ impl Stripped {
     }
 }
 
-/// Which topics exist, looked up once each (missing ones again after [`RECHECK_MISSING`]), so an
-/// output to a missing topic is refused at once instead of waiting out librdkafka's metadata
-/// timeouts (the host looked healthy for 300 s while producing nothing).
-#[derive(Default)]
-struct KnownTopics {
-    found: HashMap<String, (bool, Instant)>,
-}
-
-impl KnownTopics {
-    fn missing(&mut self, producer: &BaseProducer<Deliveries>, topic: &str) -> bool {
-        if let Some((exists, at)) = self.found.get(topic) {
-            if *exists || at.elapsed() < RECHECK_MISSING {
-                return !exists;
-            }
-        }
-        let exists = match topic_exists(producer.client(), topic) {
-            Ok(exists) => exists,
-            // The broker did not answer: let the producer try (it retries) rather than refuse.
-            Err(e) => {
-                tracing::warn!(topic, "could not look the topic up: {e}");
-                return false;
-            }
-        };
-        self.found
-            .insert(topic.to_owned(), (exists, Instant::now()));
-        !exists
-    }
-}
-
-/// Whether `topic` exists, from the broker's metadata.
-pub fn topic_exists<C: ClientContext>(
-    client: &rdkafka::client::Client<C>,
-    topic: &str,
-) -> Result<bool> {
-    let metadata = client
-        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
-        .with_context(|| format!("reading the metadata of topic {topic:?}"))?;
-    // Only "no such topic" (or no right to see it) means missing: a topic being created, or
-    // whose leader moves, answers LEADER_NOT_AVAILABLE for a moment, and the producer waits.
-    use rdkafka::types::RDKafkaRespErr as E;
-    Ok(match metadata.topics().iter().find(|t| t.name() == topic) {
-        None => false,
-        Some(t) => !matches!(
-            t.error(),
-            Some(
-                E::RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART
-                    | E::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED
-            )
-        ),
-    })
-}
-
 /// Records the broker has acknowledged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Acknowledged {
@@ -248,10 +150,10 @@ pub struct Sink {
     transactions: Option<Arc<SinkTransactions>>,
     /// Exactly-once: outputs the broker refused, sent alone, in a transaction that was then
     /// aborted, by [`output_identity`], with why.
-    refused_in_aborted: HashMap<String, String>,
+    refused_in_aborted: Remembered,
     /// Exactly-once: outputs refused in a request with others, in a transaction that was then
     /// aborted: the replay sends each alone, and only if it is refused then is it refused.
-    suspects: HashMap<String, String>,
+    suspects: Remembered,
     output_topic: String,
     dead_letter_topic: Option<String>,
     topics: KnownTopics,
@@ -292,8 +194,8 @@ impl Sink {
             producer,
             config,
             transactions,
-            refused_in_aborted: HashMap::new(),
-            suspects: HashMap::new(),
+            refused_in_aborted: Remembered::default(),
+            suspects: Remembered::default(),
             output_topic: output_topic.to_owned(),
             dead_letter_topic: dead_letter_topic.map(str::to_owned),
             topics: KnownTopics::default(),
@@ -497,11 +399,11 @@ impl Sink {
                         continue;
                     }
                     if let Some(identity) = self.identity(batches, origin) {
+                        let now = Instant::now();
                         if refuses_whole_request(e) && !origin.alone {
-                            self.suspects.insert(identity, e.to_string());
+                            self.suspects.insert(identity, e.to_string(), now);
                         } else {
-                            self.suspects.remove(&identity);
-                            self.refused_in_aborted.insert(identity, e.to_string());
+                            self.refused_in_aborted.insert(identity, e.to_string(), now);
                         }
                     }
                 }
@@ -616,12 +518,13 @@ impl Sink {
         }
     }
 
-    /// Exactly-once: an output refused with others in an aborted transaction, to send alone.
-    fn suspect(&self, batches: &[(i32, Batch)], origin: Origin) -> bool {
+    /// Exactly-once: an output refused with others in an aborted transaction, to send alone
+    /// (forgotten now: alone, it is either delivered or remembered as refused).
+    fn suspect(&mut self, batches: &[(i32, Batch)], origin: Origin) -> bool {
         !self.suspects.is_empty()
             && self
                 .identity(batches, origin)
-                .is_some_and(|id| self.suspects.contains_key(&id))
+                .is_some_and(|id| self.suspects.take(&id).is_some())
     }
 
     fn send(
@@ -634,8 +537,13 @@ impl Sink {
         match (emit, origin.input) {
             (Emit::Output { record: r, inputs }, _) => {
                 let topic = r.topic.as_deref().unwrap_or(&self.output_topic);
-                if let Some(why) = self.refused_in_aborted.get(&output_identity(topic, inputs)) {
-                    return Err(SendError::Refused(why.clone()));
+                if !self.refused_in_aborted.is_empty() {
+                    if let Some(why) = self
+                        .refused_in_aborted
+                        .take(&output_identity(topic, inputs))
+                    {
+                        return Err(SendError::Refused(why));
+                    }
                 }
                 if r.topic.is_some() && self.topics.missing(&self.producer, topic) {
                     return Err(SendError::Refused(format!(
@@ -739,145 +647,5 @@ fn push_origins(queue: &mut Vec<Origin>, batch: usize, emit: usize, e: &Emit) {
     match e {
         Emit::Output { .. } => queue.push(origin(None)),
         Emit::DeadLetter(d) => queue.extend((0..d.inputs.len()).map(|i| origin(Some(i)))),
-    }
-}
-
-/// A plugin failure or refused output is a warning; a record routed by policy (late, no key,
-/// tombstone) is expected traffic, counted in the metrics.
-fn log_dead_letter(d: &DeadLetter, input: &Event, dlq: &str) {
-    let (kind, message) = (d.reason.kind(), d.reason.message());
-    let key = crate::event::printable_key(input.key_bytes());
-    let record = crate::event::positions([input]);
-    if d.reason.is_failure() {
-        tracing::warn!(kind, %key, %record, dead_letter_topic = dlq, "dead-lettered: {message}");
-    } else {
-        tracing::info!(kind, %key, %record, dead_letter_topic = dlq, "dead-lettered: {message}");
-    }
-}
-
-/// The input's own headers, then what happened and where the record came from; what was left
-/// out when the whole was refused.
-fn dead_letter_headers(d: &DeadLetter, input: &Event, stripped: Stripped) -> OwnedHeaders {
-    let own = if stripped == Stripped::KeyValueAndHeaders {
-        OwnedHeaders::new()
-    } else {
-        kafka_headers(&input.headers)
-    };
-    let headers = error_headers(
-        own,
-        d.reason.kind(),
-        d.reason.message(),
-        Some(d.reason.plugin_version()),
-        (&input.topic, input.partition, input.offset, input.timestamp),
-    );
-    omission_headers(
-        headers,
-        stripped,
-        input.key.as_deref(),
-        input.value.as_deref().map_or(0, <[u8]>::len),
-        input.headers.len(),
-    )
-}
-
-/// What a stripped dead letter left out, after its error headers: the sink's and the repartition
-/// step's. `key`, `value_len` and `header_count` are the source record's.
-pub(crate) fn omission_headers(
-    headers: OwnedHeaders,
-    stripped: Stripped,
-    key: Option<&[u8]>,
-    value_len: usize,
-    header_count: usize,
-) -> OwnedHeaders {
-    match stripped {
-        Stripped::Nothing => headers,
-        Stripped::Value => headers.insert(Header {
-            key: "cojoin.value.omitted",
-            value: Some(&b"the dead-letter topic refused the value; read it from the source topic at the offset above"[..]),
-        }),
-        Stripped::KeyValueAndHeaders => {
-            use sha2::Digest;
-            let key = key.unwrap_or_default();
-            let digest = hex::encode(sha2::Sha256::digest(key));
-            let sizes = format!(
-                "key {} bytes, value {value_len} bytes, {header_count} headers",
-                key.len()
-            );
-            headers
-                .insert(Header {
-                    key: "cojoin.value.omitted",
-                    value: Some(&b"the dead-letter topic refused the record even without its value; its key, value and headers are left out: read them from the source topic at the offset above"[..]),
-                })
-                .insert(Header {
-                    key: "cojoin.key.sha256",
-                    value: Some(digest.as_bytes()),
-                })
-                .insert(Header {
-                    key: "cojoin.source.sizes",
-                    value: Some(sizes.as_bytes()),
-                })
-        }
-    }
-}
-
-/// `base` (a dead letter's own headers), then `cojoin.error.kind`, `cojoin.error.message`,
-/// `cojoin.plugin.version` (when given) and the source record's topic, partition, offset and
-/// timestamp: the dead-letter headers of the sink and of the repartition step.
-pub(crate) fn error_headers(
-    base: OwnedHeaders,
-    kind: &str,
-    message: &str,
-    plugin_version: Option<&str>,
-    (topic, partition, offset, timestamp): (&str, i32, i64, i64),
-) -> OwnedHeaders {
-    let (partition, offset, timestamp) = (
-        partition.to_string(),
-        offset.to_string(),
-        timestamp.to_string(),
-    );
-    let pairs = [
-        ("cojoin.error.kind", Some(kind)),
-        ("cojoin.error.message", Some(message)),
-        ("cojoin.plugin.version", plugin_version),
-        ("cojoin.source.topic", Some(topic)),
-        ("cojoin.source.partition", Some(partition.as_str())),
-        ("cojoin.source.offset", Some(offset.as_str())),
-        ("cojoin.source.timestamp", Some(timestamp.as_str())),
-    ];
-    pairs
-        .into_iter()
-        .filter_map(|(k, v)| Some((k, v?)))
-        .fold(base, |headers, (key, value)| {
-            headers.insert(Header {
-                key,
-                value: Some(value.as_bytes()),
-            })
-        })
-}
-
-fn kafka_headers(headers: &[crate::event::Header]) -> OwnedHeaders {
-    headers.iter().fold(OwnedHeaders::new(), |hs, h| {
-        hs.insert(Header {
-            key: &h.key,
-            value: h.value.as_deref(),
-        })
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn permanent_refusals_are_told_from_transient_failures() {
-        let refused = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
-        assert_eq!(verdict(&refused), Verdict::Refused);
-        let missing = KafkaError::MessageProduction(RDKafkaErrorCode::UnknownTopic);
-        assert_eq!(verdict(&missing), Verdict::Refused);
-        let timeout = KafkaError::MessageProduction(RDKafkaErrorCode::MessageTimedOut);
-        assert_eq!(verdict(&timeout), Verdict::Transient);
-        let down = KafkaError::MessageProduction(RDKafkaErrorCode::AllBrokersDown);
-        assert_eq!(verdict(&down), Verdict::Transient);
-        let fatal = KafkaError::MessageProduction(RDKafkaErrorCode::Fatal);
-        assert_eq!(verdict(&fatal), Verdict::Fatal);
     }
 }
