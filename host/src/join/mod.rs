@@ -15,4 +15,4 @@ mod store;
 pub use offsets::{CommitPoint, ReplayBounds};
 pub use order::{Admission, TaskQueue};
 pub use state::{JoinKind, JoinOutcome, JoinState, JoinWindow};
-pub use store::{SpillDir, StoreStats};
+pub use store::{SpillDir, StoreStats, MAX_ORIGINS};

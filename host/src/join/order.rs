@@ -175,7 +175,8 @@ impl TaskQueue {
 
     /// Buffers a record; [`TaskQueue::next_record`] hands it back with its admission.
     pub fn push_admitted(&mut self, side: Side, event: Event, admission: Admission) {
-        self.next_offset[ix(side)] = Some(event.offset + 1);
+        // Saturating: a recording (`plugin test`) may give any offset, i64::MAX too.
+        self.next_offset[ix(side)] = Some(event.offset.saturating_add(1));
         let bytes = event.footprint();
         self.bytes[ix(side)] += bytes;
         self.peak_bytes = self.peak_bytes.max(self.bytes[0] + self.bytes[1]);
@@ -501,6 +502,18 @@ mod tests {
             q.next(5_203).map(|(s, e)| (s, e.offset)),
             Some((Side::Left, 0))
         );
+    }
+
+    #[test]
+    fn a_side_whose_last_offset_was_i64_max_has_no_backlog_at_that_end() {
+        // offset + 1 wrapped to i64::MIN: an end offset of i64::MAX looked like a backlog
+        // and the other side waited BACKLOG_WAIT_MS instead of max idle.
+        let mut q = TaskQueue::new(0);
+        q.set_end_offset(Side::Left, Some(i64::MAX));
+        q.set_end_offset(Side::Right, Some(1));
+        q.push(Side::Left, ev(i64::MAX, 10));
+        q.push(Side::Right, ev(0, 20));
+        assert_eq!(drain(&mut q, 0), [(Side::Left, i64::MAX), (Side::Right, 0)]);
     }
 
     #[test]

@@ -207,7 +207,9 @@ impl JoinState {
         }
         self.stream_time = Some(self.stream_time.map_or(ts, |st| st.max(ts)));
 
-        let window = self.window.window_ms;
+        // The distance as a u64: timestamps come from the input, and `a - b` of two far apart
+        // (i64::MIN and i64::MAX) overflowed, wrapping in release to a small one that matched.
+        let window = u64::try_from(self.window.window_ms).ok();
         let Self {
             store,
             keys,
@@ -248,7 +250,7 @@ impl JoinState {
         let mut h = head;
         while h != NO_HANDLE {
             let held = store.head(h);
-            if held.side != side && (held.timestamp - ts).abs() <= window {
+            if held.side != side && window.is_some_and(|w| held.timestamp.abs_diff(ts) <= w) {
                 store.set_partner_offset(h, &held, event.offset);
                 partner_offset = partner_offset.max(held.offset);
                 partners.push(h);

@@ -56,8 +56,8 @@ const PARTNER: usize = 16; // i64, mutable
 const NEXT: usize = 24; // Handle, mutable
 const KEY_LEN: usize = 32; // u32
 const VALUE_LEN: usize = 36; // u32, TOMBSTONE for no value
-const ORIGIN: usize = 40; // u8, index into `origins`
-const FLAGS: usize = 41; // u8: RIGHT, HAS_HEADERS, OUT_OF_ORDER, DEAD
+const ORIGIN: usize = 40; // u8, the low 8 bits of the index into `origins`
+const FLAGS: usize = 41; // u8: RIGHT, HAS_HEADERS, OUT_OF_ORDER, DEAD; top 4: origin bits 8-11
 /// Bytes before an event's key.
 pub const HEADER: usize = 42;
 
@@ -70,6 +70,15 @@ const OUT_OF_ORDER: u8 = 4;
 const DEAD: u8 = 8;
 
 const TOMBSTONE: u32 = u32::MAX;
+
+/// The index into `origins` is 12 bits: its [`ORIGIN`] byte and the 4 bits the flags leave free.
+/// The header is packed, with no padding to grow into: a wider field would cost every held event
+/// a byte. A live task holds two (topic, partition) pairs; only `plugin test` with a key from the
+/// value sends a whole recording to one task, and 256 pairs were too few there.
+const ORIGIN_FLAG_SHIFT: u32 = 4;
+
+/// (topic, partition) pairs one store, one task's join state, can hold events of.
+pub const MAX_ORIGINS: usize = 1 << (8 + ORIGIN_FLAG_SHIFT);
 
 struct Segment {
     /// Empty while spilled, and once every event in it was removed.
@@ -193,7 +202,8 @@ pub struct EventStore {
     /// Segments by number, from `first` on; a segment with no live event has its bytes freed.
     segments: VecDeque<Segment>,
     first: u64,
-    /// (topic, partition) pairs the events came from; a task has one per side.
+    /// (topic, partition) pairs the events came from; a task has one per side, a replay of a
+    /// recording keyed from the value one per pair in it (at most [`MAX_ORIGINS`]).
     origins: Vec<(Arc<str>, i32)>,
     /// Capacity of the newest segment, which the next one doubles.
     last_segment: usize,
@@ -316,10 +326,12 @@ impl EventStore {
         b.extend_from_slice(&len32(event.key_bytes().len()).to_ne_bytes());
         let value_field = event.value.as_ref().map_or(TOMBSTONE, |v| len32(v.len()));
         b.extend_from_slice(&value_field.to_ne_bytes());
-        b.push(origin);
+        let [origin_low, origin_high] = origin.to_le_bytes();
+        b.push(origin_low);
         let side = if links.side == Side::Right { RIGHT } else { 0 };
         let out_of_order = if links.out_of_order { OUT_OF_ORDER } else { 0 };
-        b.push(side | out_of_order | if has_headers { HAS_HEADERS } else { 0 });
+        let has_headers_flag = if has_headers { HAS_HEADERS } else { 0 };
+        b.push(side | out_of_order | has_headers_flag | (origin_high << ORIGIN_FLAG_SHIFT));
         b.extend_from_slice(event.key_bytes());
         if let Some(value) = &event.value {
             b.extend_from_slice(value);
@@ -678,16 +690,23 @@ impl EventStore {
         self.spill.as_ref().map_or_else(Vec::new, Spill::paths)
     }
 
-    fn origin(&mut self, topic: &Arc<str>, partition: i32) -> u8 {
+    /// The index of the event's (topic, partition) in `origins`, below [`MAX_ORIGINS`].
+    fn origin(&mut self, topic: &Arc<str>, partition: i32) -> u16 {
         let found = self
             .origins
             .iter()
             .position(|(t, p)| *p == partition && (Arc::ptr_eq(t, topic) || **t == **topic));
         let ix = found.unwrap_or_else(|| {
+            // A live task reads two partitions; `plugin test`, where the recording decides,
+            // checks the limit before and names the line (replay.rs).
+            assert!(
+                self.origins.len() < MAX_ORIGINS,
+                "a join state holds events of at most {MAX_ORIGINS} (topic, partition) pairs; {topic:?} partition {partition} is one more"
+            );
             self.origins.push((topic.clone(), partition));
             self.origins.len() - 1
         });
-        u8::try_from(ix).expect("a task reads two partitions, far below 256")
+        u16::try_from(ix).expect("below MAX_ORIGINS")
     }
 }
 
@@ -744,7 +763,8 @@ fn records(mut bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
 
 /// The event whose record starts `r`.
 fn decode(origins: &[(Arc<str>, i32)], r: &[u8]) -> Event {
-    let (topic, partition) = &origins[r[ORIGIN] as usize];
+    let origin = usize::from(r[ORIGIN]) | (usize::from(r[FLAGS] >> ORIGIN_FLAG_SHIFT) << 8);
+    let (topic, partition) = &origins[origin];
     let key_len = get_u32(r, KEY_LEN) as usize;
     let value_at = HEADER + key_len;
     let value_len = match get_u32(r, VALUE_LEN) {

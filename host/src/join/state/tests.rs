@@ -59,6 +59,43 @@ fn pairs_within_the_window_match_once_in_either_arrival_order() {
 }
 
 #[test]
+fn timestamps_at_the_ends_of_i64_are_as_far_apart_as_they_look() {
+    // i64::MIN − i64::MAX wrapped to 1 (and the others to 6 and 10), and −1 − i64::MAX is
+    // i64::MIN, whose abs() wrapped to itself: all were within the window of 10 and matched.
+    let far = [
+        (i64::MIN, i64::MAX),
+        (i64::MIN + 5, i64::MAX),
+        (i64::MIN, i64::MAX - 9),
+        (-1, i64::MAX),
+    ];
+    for (a, b) in far {
+        assert_eq!(
+            run(JoinKind::Left, &[(L, "k", a), (R, "k", b)]),
+            ["expire Left 0"],
+            "{a} and {b}"
+        );
+    }
+    // The other way round, the older one is late: stream time minus the retention saturates.
+    assert_eq!(
+        run(JoinKind::Left, &[(R, "k", i64::MAX), (L, "k", i64::MIN)]),
+        ["late Left 1"]
+    );
+    // Near the ends and across zero, the window still decides.
+    for (a, b, matched) in [
+        (i64::MIN, i64::MIN + 10, true),
+        (i64::MIN, i64::MIN + 11, false),
+        (i64::MAX - 10, i64::MAX, true),
+        (i64::MAX - 11, i64::MAX, false),
+        (-5, 5, true),
+        (-6, 5, false),
+        (5, -5, true),
+    ] {
+        let out = run(JoinKind::Inner, &[(L, "k", a), (R, "k", b)]);
+        assert_eq!(out == ["match k@0+1"], matched, "{a} and {b}: {out:?}");
+    }
+}
+
+#[test]
 fn every_partner_in_the_window_matches() {
     let out = run(
         JoinKind::Inner,

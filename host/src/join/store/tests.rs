@@ -155,6 +155,75 @@ fn events_of_different_partitions_keep_their_origin() {
 }
 
 #[test]
+fn as_many_origins_as_the_limit_keep_their_origin_and_flags() {
+    // `plugin test` with a key from the value sends every (topic, partition) of the recording to
+    // one task: the 257th panicked when the index was a u8. Every index bit is exercised, with
+    // every flag beside it.
+    let mut store = EventStore::default();
+    let pushed: Vec<(Handle, Event, Side, bool)> = (0..MAX_ORIGINS)
+        .map(|i| {
+            let right = i % 2 == 1;
+            let mut e = event(i as i64, b"k", Some(vec![1]), Vec::new());
+            if right {
+                e.topic = "payments".into();
+            }
+            if i % 3 == 0 {
+                e.headers = vec![Header {
+                    key: "h".into(),
+                    value: Some(vec![2]),
+                }]
+                .into();
+            }
+            // Negative partitions too: the recording decides them.
+            e.partition = (i / 2) as i32 - 1_000;
+            let side = if right { Side::Right } else { Side::Left };
+            let out_of_order = i % 5 == 0;
+            let h = store.push(
+                &e,
+                Links {
+                    out_of_order,
+                    ..links(side)
+                },
+            );
+            (h, e, side, out_of_order)
+        })
+        .collect();
+    assert_eq!(store.origins.len(), MAX_ORIGINS);
+    for (h, e, side, out_of_order) in &pushed {
+        assert_eq!(store.event(*h), *e);
+        assert_eq!(store.side(*h), *side);
+        assert_eq!(store.is_out_of_order(*h), *out_of_order);
+    }
+    // Removing sets a flag beside the index's top bits; the neighbours are untouched.
+    store.remove(pushed[MAX_ORIGINS - 2].0);
+    let (h, e, ..) = &pushed[MAX_ORIGINS - 1];
+    assert_eq!(store.event(*h), *e);
+    // An origin held already is no new one, past the limit too.
+    let again = store.push(&pushed[300].1, links(Side::Right));
+    assert_eq!(store.event(again), pushed[300].1);
+}
+
+#[test]
+fn one_origin_past_the_limit_stops_with_its_name_and_the_limit() {
+    let mut store = EventStore::default();
+    for p in 0..MAX_ORIGINS {
+        let mut e = event(1, b"k", None, Vec::new());
+        e.partition = p as i32;
+        store.push(&e, links(Side::Left));
+    }
+    let mut e = event(1, b"k", None, Vec::new());
+    e.partition = -7;
+    let message = panic_message(|| {
+        store.push(&e, links(Side::Left));
+    });
+    assert!(message.contains("\"orders\" partition -7"), "{message}");
+    assert!(
+        message.contains(&format!("at most {MAX_ORIGINS}")),
+        "{message}"
+    );
+}
+
+#[test]
 fn the_in_order_walk_skips_removed_and_out_of_order_events_and_survives_freed_segments() {
     let mut store = EventStore::default();
     let value = vec![b'v'; 3_000];
@@ -540,8 +609,8 @@ fn leftovers_are_removed_by_their_lock_and_a_locked_directory_never_whatever_its
 
 /// The message of the panic `f` ends in.
 fn panic_message(f: impl FnOnce()) -> String {
-    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .expect_err("a damaged spill file stops the task");
+    let payload =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("the call panics");
     payload
         .downcast_ref::<String>()
         .cloned()
