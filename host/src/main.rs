@@ -63,9 +63,10 @@ enum Command {
         #[arg(long, default_value_t = 40)]
         speed: i64,
     },
-    /// Check a config before running: broker reachable, both topics with equal partition counts,
-    /// the plugin loads, and sampled keys sit in the same partition number in both topics.
-    /// Exits 1 when a problem is found.
+    /// Check a config before running: state.dir usable, broker reachable, topics exist, permissions
+    /// granted, the plugin loads; then whether a side will be repartitioned and why (a side read as
+    /// it is must then be murmur2-partitioned), else that both topics have equal partition counts
+    /// and sampled keys sit in the same partition number in both. Exits 1 when a problem is found.
     Check {
         #[arg(long)]
         config: PathBuf,
