@@ -17,11 +17,20 @@ use super::error::LoadError;
 use super::function_cache::FunctionCache;
 use super::sandbox::StoreState;
 
+/// Default of [`EngineOptions::cache_max_bytes`]: 4 GiB, room for dozens of Python plugin
+/// versions.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 4 << 30;
+
 /// How the engine is built; fixed for the life of the host.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
-    /// Directory of compiled components; `None` compiles every load.
+    /// Directory of compiled components and functions; `None` compiles every load. Used only
+    /// while it and its entries belong to this process's user and nobody else can write them
+    /// (see [`super::cache`]); created with mode 0700 when missing.
     pub cache_dir: Option<PathBuf>,
+    /// Most bytes the cache directory may hold: half for whole compiled components, half for
+    /// compiled functions; past its half, each evicts its least recently used entries.
+    pub cache_max_bytes: u64,
     /// Turn on fuel metering so plugins may set a fuel limit (costs some speed for every plugin).
     pub fuel: bool,
     /// Granularity of call deadlines.
@@ -32,6 +41,7 @@ impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             cache_dir: None,
+            cache_max_bytes: DEFAULT_CACHE_MAX_BYTES,
             fuel: false,
             epoch_tick: Duration::from_millis(5),
         }
@@ -61,8 +71,10 @@ impl PluginEngine {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.consume_fuel(options.fuel);
+        // Half each: the caches are trimmed independently, so neither needs the other's sizes.
+        let share = options.cache_max_bytes / 2;
         if let Some(dir) = &options.cache_dir {
-            let functions = FunctionCache::new(dir.join("functions")).map_err(|e| {
+            let functions = FunctionCache::new(dir, share).map_err(|e| {
                 LoadError::Engine(format!(
                     "cannot create the compiled-function cache in {dir:?}: {e} (set another cache directory)"
                 ))
@@ -80,7 +92,7 @@ impl PluginEngine {
         PluginBindings::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Engine(format!("linking cojoin:plugin/host: {e:#}")))?;
         let cache = match &options.cache_dir {
-            Some(dir) => Some(CompileCache::new(dir.clone(), &engine).map_err(|e| {
+            Some(dir) => Some(CompileCache::new(dir.clone(), &engine, share).map_err(|e| {
                 LoadError::Engine(format!(
                     "cannot create the compiled-plugin cache {dir:?}: {e} (set another cache directory)"
                 ))
