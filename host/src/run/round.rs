@@ -1,0 +1,138 @@
+//! One round: every task that can run takes its records and calls the plugin on the worker
+//! threads while this thread polls ahead; the batches are delivered, acknowledged to their tasks,
+//! and the tasks' commit points published to the source.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use crate::kafka::sink::{Delivered, Sink};
+use crate::kafka::source::Source;
+use crate::report::Happened;
+use crate::task::backpressure::{self};
+use crate::task::pool;
+
+use super::action::MeteredAction;
+use super::{Host, Running, POLL_PER_ROUND, ROUND_TASK_TIME};
+
+impl Host {
+    /// One plugin instance per worker thread; tasks are dealt to them each round (task/pool.rs).
+    /// More instances than tasks would never run a call (a task keeps its worker), and each costs
+    /// a plugin instance's memory: `workers = 300` on 6 partitions started 300.
+    pub(super) fn start_workers(&self, partitions: usize) -> Result<Vec<MeteredAction>> {
+        let wanted = self.config.plugin.workers();
+        let count = wanted.min(partitions.max(1));
+        if count < wanted {
+            tracing::warn!(
+                "plugin.workers is {wanted} but the join has {partitions} partitions (tasks): starting {count} workers"
+            );
+        }
+        (0..count)
+            .map(|_| Ok(MeteredAction::new(self.registry.handle()?)))
+            .collect()
+    }
+
+    /// Runs every task that can run, produces the batches, acknowledges them and publishes the
+    /// tasks' commit points. True when a task stopped at its batch budget (it has more to do).
+    pub(super) fn round(
+        &self,
+        source: &Source,
+        sink: &mut Sink,
+        workers: &mut [MeteredAction],
+        run: &mut Running,
+        started: Instant,
+    ) -> Result<bool> {
+        let now = started.elapsed().as_millis() as i64;
+        let wall_clock = crate::admin::now_ms() as i64;
+        let mut running = Vec::new();
+        let state_budget = run.state_budget();
+        let marks = run.marks();
+        for task in run.tasks.values_mut() {
+            if task.halted().is_some() {
+                continue;
+            }
+            task.set_state_budget(state_budget);
+            // A task's outputs in flight count against its queue share, both sides' worth.
+            task.set_batch_budget(2 * marks.high);
+            task.set_time_budget(ROUND_TASK_TIME);
+            task.set_wall_clock(wall_clock);
+            task.set_end_offsets(source.cached_end_offsets(task.partition));
+            running.push(task);
+        }
+        // Meanwhile this thread polls the next round's records.
+        let ahead_bytes = backpressure::polled_ahead_bytes(run.queue_bytes) as usize;
+        let ahead = &mut run.ahead;
+        let mut poll_ahead = |running: &dyn Fn() -> bool| {
+            ahead.poll_while(source, running, POLL_PER_ROUND, ahead_bytes)
+        };
+        let mut batches = pool::run_round_beside(running, workers, now, Some(&mut poll_ahead));
+        // A partition revoked meanwhile: its task's points were committed in the callback and
+        // the task stops when the rebalance is applied; its batch is not delivered (the next
+        // owner makes it again from those points), nor are its points published again.
+        let revoked = if run.ahead.rebalance {
+            source.revoked_pending()
+        } else {
+            Default::default()
+        };
+        if !revoked.is_empty() {
+            let dropped: Vec<i32> = batches
+                .iter()
+                .map(|(p, _)| *p)
+                .filter(|p| revoked.contains(p))
+                .collect();
+            tracing::info!(
+                target: "cojoin::report",
+                ?dropped,
+                "partitions revoked during a round: the batches of its revoked tasks are dropped (their records are the next owner's to read from the committed points)"
+            );
+            batches.retain(|(p, _)| !revoked.contains(p));
+        }
+        // Every task's batch is sent, then all are awaited at once: one round trip per round.
+        // Meanwhile the consumer is polled, so a broker away does not cost the group membership.
+        let ahead = &mut run.ahead;
+        match sink.deliver(&mut batches, &mut run.tasks, &mut || {
+            ahead.keep_alive(source)
+        })? {
+            Delivered::Done => {}
+            Delivered::Aborted(why) => {
+                Happened::TransactionAborted { why: &why }.emit(&self.metrics);
+                self.rewind_all(source, run)?;
+                return Ok(false);
+            }
+            Delivered::Fenced(why) => {
+                self.renew_producer(&why, source, sink, run)?;
+                return Ok(false);
+            }
+        }
+        // A partition revoked by a keep-alive poll: its points are not this host's to publish.
+        let revoked = if run.ahead.rebalance {
+            source.revoked_pending()
+        } else {
+            revoked
+        };
+        let more = batches.iter().any(|(_, b)| b.is_full());
+        for (partition, batch) in batches {
+            let Some(task) = run.tasks.get_mut(&partition) else {
+                continue;
+            };
+            task.acknowledge(batch);
+            if let Some(reason) = task.halted() {
+                Happened::TaskHalted {
+                    task: partition,
+                    reason,
+                    left: &self.config.join.left,
+                    right: &self.config.join.right,
+                }
+                .emit(&self.metrics);
+                source.pause(partition)?;
+            }
+        }
+        for (p, task) in run.tasks.iter_mut() {
+            if !revoked.contains(p) {
+                source.publish(*p, task.commit_points());
+            }
+        }
+        self.resume_drained(source, run)?;
+        Ok(more)
+    }
+}

@@ -1,0 +1,153 @@
+//! What `cojoin run` starts before its loop: the group protocol chosen, the authorisations
+//! checked, the repartition step (if a side is re-keyed), the sink, the source subscribed, the
+//! worker threads, and the loop's state.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use anyhow::Result;
+
+use crate::config::Guarantee;
+use crate::kafka::pairing::Pairing;
+use crate::kafka::protocol::{self, Protocol};
+use crate::kafka::repartitioner::{self, Repartitioner};
+use crate::kafka::sink::Sink;
+use crate::kafka::source::Source;
+use crate::kafka::transaction::{self};
+use crate::kafka::{assignment, authz, client};
+use crate::repartition;
+use crate::report::Happened;
+use crate::task::backpressure::{self};
+use crate::task::TaskCounters;
+
+use super::action::MeteredAction;
+use super::ahead::Polled;
+use super::{spill_dir, Host, Running, REPARTITIONED_MAX_IDLE_MS};
+
+/// What the loop runs with.
+pub(super) struct Started<'a> {
+    pub repartitioner: Option<Repartitioner>,
+    pub sink: Sink,
+    pub source: Source,
+    /// Makes the source again (a static member whose id the broker still holds).
+    pub new_source: Box<dyn Fn() -> Result<Source> + 'a>,
+    pub workers: Vec<MeteredAction>,
+    pub run: Running,
+}
+
+impl Host {
+    pub(super) fn start(&self) -> Result<Started<'_>> {
+        let cfg = &self.config;
+        // A side re-keyed into an internal topic is read from there (crate::repartition).
+        let source_counts = repartitioner::partition_counts(cfg)?;
+        let [left_count, right_count] = source_counts;
+        let plan = repartition::plan(&cfg.join, &cfg.kafka.group_id, left_count, right_count);
+        // Before anything joins, creates or writes: a missing ACL stops the host here, named.
+        authz::require(cfg, &plan, &self.metrics)?;
+        let (protocol, why) =
+            protocol::choose(cfg.kafka.group_protocol, &cfg.kafka.options, || {
+                protocol::broker_protocols(&client::base(&cfg.kafka))
+            });
+        Happened::GroupProtocol {
+            protocol: protocol.as_str(),
+            why: &why,
+        }
+        .emit(&self.metrics);
+        let repartitioner = if plan.sides.is_empty() {
+            None
+        } else {
+            Some(Repartitioner::start(
+                cfg,
+                &plan,
+                protocol,
+                self.metrics.clone(),
+            )?)
+        };
+        if !plan.sides.is_empty() {
+            // The internal topics exist now: what the broker could not tell before they did
+            // (Write, Read, Delete on them) is asked again.
+            authz::require(cfg, &plan, &self.metrics)?;
+        }
+        let [left, right] = plan.join_topics.clone();
+        let transactional_id = (cfg.output.guarantee == Guarantee::ExactlyOnce).then(|| {
+            transaction::transactional_id(&cfg.kafka.group_id, cfg.kafka.instance_id.as_deref())
+        });
+        let mut sink = Sink::new(
+            &client::producer(&cfg.kafka, cfg.output.compression),
+            &cfg.output.topic,
+            cfg.output.dead_letter_topic.as_deref(),
+            self.metrics.clone(),
+            transactional_id.as_deref(),
+        )?;
+        sink.set_principal(crate::acl::principal(cfg));
+        let consumer_config = client::consumer(
+            &cfg.kafka,
+            protocol,
+            backpressure::prefetch_bytes(cfg.memory.queue_bytes),
+        );
+        let transactions = sink.transactions();
+        let metrics = self.metrics.clone();
+        let (source_left, source_right) = (left.clone(), right.clone());
+        let new_source = move || -> Result<Source> {
+            let mut source = Source::new(
+                &consumer_config,
+                &source_left,
+                &source_right,
+                metrics.clone(),
+                transactions.clone(),
+            )?;
+            source.set_principal(crate::acl::principal(cfg));
+            Ok(source)
+        };
+        let source = new_source()?;
+        let counts = plan.join_counts(source_counts);
+        assignment::check_counts(&left, counts[0], &right, counts[1])?;
+        sink.verify_topics()?;
+        source.subscribe()?;
+        Happened::JoiningGroup {
+            left: &left,
+            right: &right,
+            partitions: counts[0],
+            group: &cfg.kafka.group_id,
+        }
+        .emit(&self.metrics);
+
+        let mut policy = crate::wiring::task_policy(cfg);
+        if !plan.sides.is_empty() && policy.max_idle_ms < REPARTITIONED_MAX_IDLE_MS {
+            // The repartition step writes in bursts (a batch, then its flush and commit): at the
+            // tip of an internal topic a partition looks caught up between two bursts, and with a
+            // shorter idle wait the task went on without it (14% of a backlog found late at
+            // 100 ms, none at 1 s: BENCHMARKS.md).
+            tracing::info!(
+                configured_ms = policy.max_idle_ms,
+                "join.max_idle raised to {REPARTITIONED_MAX_IDLE_MS} ms: a side is repartitioned"
+            );
+            policy.max_idle_ms = REPARTITIONED_MAX_IDLE_MS;
+        }
+        let spill = spill_dir(&cfg.state.dir())?;
+        let workers = self.start_workers(counts[0])?;
+        let run = Running {
+            tasks: BTreeMap::new(),
+            retired: TaskCounters::default(),
+            consumed: [0; 2],
+            lags: HashMap::new(),
+            pairing: Pairing::new(protocol == Protocol::Classic),
+            waiting_reported: BTreeSet::new(),
+            policy,
+            queue_bytes: cfg.memory.queue_bytes,
+            state_bytes: cfg.memory.state_bytes,
+            spill,
+            large_record_reported: false,
+            ahead: Polled::default(),
+            renewals: 0,
+            id_held_attempts: 0,
+        };
+        Ok(Started {
+            repartitioner,
+            sink,
+            source,
+            new_source: Box::new(new_source),
+            workers,
+            run,
+        })
+    }
+}
