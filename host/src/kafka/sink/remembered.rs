@@ -27,11 +27,9 @@ impl Remembered {
         self.entries.insert(identity, (why, now));
     }
 
-    /// Why `identity` was refused, forgetting it: the caller applies the refusal now.
+    /// Why `identity` was refused, forgetting it: the caller applies the refusal now. Callers ask
+    /// [`Remembered::is_empty`] first, which spares them making the identity string per output.
     pub(super) fn take(&mut self, identity: &str) -> Option<String> {
-        if self.entries.is_empty() {
-            return None;
-        }
         self.entries.remove(identity).map(|(why, _)| why)
     }
 
