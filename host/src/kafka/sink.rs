@@ -403,6 +403,7 @@ impl Sink {
                         if refuses_whole_request(e) && !origin.alone {
                             self.suspects.insert(identity, e.to_string(), now);
                         } else {
+                            self.suspects.forget(&identity);
                             self.refused_in_aborted.insert(identity, e.to_string(), now);
                         }
                     }
@@ -518,13 +519,12 @@ impl Sink {
         }
     }
 
-    /// Exactly-once: an output refused with others in an aborted transaction, to send alone
-    /// (forgotten now: alone, it is either delivered or remembered as refused).
+    /// Exactly-once: an output refused with others in an aborted transaction, to send alone.
     fn suspect(&mut self, batches: &[(i32, Batch)], origin: Origin) -> bool {
         !self.suspects.is_empty()
             && self
                 .identity(batches, origin)
-                .is_some_and(|id| self.suspects.take(&id).is_some())
+                .is_some_and(|id| self.suspects.meet(&id, Instant::now()).is_some())
     }
 
     fn send(
@@ -540,7 +540,7 @@ impl Sink {
                 if !self.refused_in_aborted.is_empty() {
                     if let Some(why) = self
                         .refused_in_aborted
-                        .take(&output_identity(topic, inputs))
+                        .meet(&output_identity(topic, inputs), Instant::now())
                     {
                         return Err(SendError::Refused(why));
                     }

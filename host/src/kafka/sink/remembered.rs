@@ -3,15 +3,18 @@
 //! inputs dead-lettered, or every replay would abort again) and those refused with others in one
 //! request (sent alone by the replay, and only refused if refused then).
 //!
-//! An entry is used once: the replay that meets it applies it and forgets it. One the replay never
-//! meets (its task went to another host, which finds out on its own) is forgotten after
-//! [`FORGET_AFTER`]. Forgetting too early costs one more aborted transaction, never a record: the
-//! broker refuses the output again and it is remembered again.
+//! An entry is kept while replays meet it: the replay that applies it may itself be aborted for
+//! another reason (seen: a replay aborted by records purged from the transaction before it, which
+//! forgot the suspects it had met, sent them together again, and looped between the two aborts),
+//! so meeting an entry does not forget it. One not met for [`FORGET_AFTER`] (its task went to
+//! another host, which finds out on its own, or its inputs were committed) is forgotten at the
+//! next insert. Forgetting costs one more aborted transaction, never a record: the broker refuses
+//! the output again and it is remembered again.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// How long an entry the replay has not met is kept.
+/// How long an entry no replay has met is kept.
 pub(super) const FORGET_AFTER: Duration = Duration::from_secs(3600);
 
 /// Outputs by their identity (sink's `output_identity`), with why they were refused and when.
@@ -27,10 +30,18 @@ impl Remembered {
         self.entries.insert(identity, (why, now));
     }
 
-    /// Why `identity` was refused, forgetting it: the caller applies the refusal now. Callers ask
+    /// Why `identity` was refused, kept for another [`FORGET_AFTER`] from `now`. Callers ask
     /// [`Remembered::is_empty`] first, which spares them making the identity string per output.
-    pub(super) fn take(&mut self, identity: &str) -> Option<String> {
-        self.entries.remove(identity).map(|(why, _)| why)
+    pub(super) fn meet(&mut self, identity: &str, now: Instant) -> Option<String> {
+        self.entries.get_mut(identity).map(|(why, since)| {
+            *since = now;
+            why.clone()
+        })
+    }
+
+    /// Forgets `identity` (a suspect found refused alone, remembered as refused instead).
+    pub(super) fn forget(&mut self, identity: &str) {
+        self.entries.remove(identity);
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -48,14 +59,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_is_applied_once_then_forgotten() {
+    fn an_entry_is_kept_while_replays_meet_it_and_forgotten_on_demand() {
         let mut remembered = Remembered::default();
-        let now = Instant::now();
-        remembered.insert("out-1".into(), "too large".into(), now);
-        assert_eq!(remembered.take("out-2"), None);
-        assert_eq!(remembered.take("out-1").as_deref(), Some("too large"));
-        assert_eq!(remembered.take("out-1"), None);
-        assert!(remembered.is_empty());
+        let start = Instant::now();
+        remembered.insert("out-1".into(), "too large".into(), start);
+        remembered.insert("out-2".into(), "too large".into(), start);
+        assert_eq!(remembered.meet("out-3", start), None);
+        // Met twice (the first replay aborted for another reason): still remembered.
+        assert_eq!(remembered.meet("out-1", start).as_deref(), Some("too large"));
+        let later = start + FORGET_AFTER - Duration::from_secs(1);
+        assert_eq!(remembered.meet("out-1", later).as_deref(), Some("too large"));
+        // Meeting renews the hour: out-1 outlives out-2, which no replay met.
+        remembered.insert("out-4".into(), "refused".into(), start + FORGET_AFTER);
+        assert_eq!(remembered.meet("out-2", start + FORGET_AFTER), None);
+        assert!(remembered.meet("out-1", start + FORGET_AFTER).is_some());
+        remembered.forget("out-1");
+        assert_eq!(remembered.meet("out-1", start + FORGET_AFTER), None);
+        assert_eq!(remembered.len(), 1);
     }
 
     #[test]
@@ -69,7 +89,7 @@ mod tests {
         assert_eq!(remembered.len(), 1001);
         remembered.insert("later".into(), "refused".into(), start + FORGET_AFTER);
         assert_eq!(remembered.len(), 2, "only the two within the hour are kept");
-        assert!(remembered.take("late").is_some());
-        assert!(remembered.take("out-0").is_none());
+        assert!(remembered.meet("late", start + FORGET_AFTER).is_some());
+        assert!(remembered.meet("out-0", start + FORGET_AFTER).is_none());
     }
 }
