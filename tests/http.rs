@@ -1,8 +1,6 @@
-//! A minimal HTTP/1.1 client for the admin server: one request per connection, `Connection: close`,
-//! enough for `GET /metrics` and `PUT /plugins` without pulling an HTTP stack into the tests.
+//! The tests' client for the admin server: ureq, blocking, one fresh connection a request (no
+//! state carried between a test's calls), enough for `GET /metrics` and `PUT /plugins`.
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpStream;
 use std::time::Duration;
 
 /// Status and body of one response.
@@ -12,37 +10,33 @@ pub struct Response {
     pub body: String,
 }
 
+/// An upload is compiled before it is answered: a large component takes tens of seconds on a
+/// small machine.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// `method` on `url` (`http://host:port/path`) with `body`; panics on I/O errors and timeouts.
 pub fn request(method: &str, url: &str, body: &[u8]) -> Response {
-    let rest = url.strip_prefix("http://").expect("an http:// URL");
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let path = if path.is_empty() { "/" } else { path };
-    let mut stream =
-        TcpStream::connect(authority).unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(120)))
-        .unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    stream.write_all(body).unwrap();
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        // A 4xx or 5xx is an answer the test checks, not an error.
+        .http_status_as_error(false)
+        .timeout_global(Some(ANSWER_TIMEOUT))
+        .build()
+        .into();
+    let request = ureq::http::Request::builder().method(method).uri(url);
+    // No body at all rather than an empty one: a GET goes without a Content-Length.
+    let sent = match body {
+        [] => agent.run(request.body(()).expect("a method and a URL")),
+        body => agent.run(request.body(body).expect("a method and a URL")),
+    };
+    let mut response = sent.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_string()
         .unwrap_or_else(|e| panic!("reading the answer of {method} {url}: {e}"));
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {head:?}"));
-    Response {
-        status,
-        body: body.to_owned(),
-    }
+    Response { status, body }
 }
 
 pub fn get(url: &str) -> Response {

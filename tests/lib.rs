@@ -37,17 +37,10 @@ pub fn cojoin_bin() -> PathBuf {
     path
 }
 
-pub fn plugin(file: &str) -> PathBuf {
-    let dir = std::env::var_os("COJOIN_TEST_PLUGINS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("build/plugins"));
-    let path = dir.join(file);
-    assert!(
-        path.exists(),
-        "{path:?} is missing: run `make plugins` first"
-    );
-    path
-}
+/// A built plugin (the host's own tests' helper, one definition for both).
+#[path = "../host/tests/support/plugin_path.rs"]
+mod plugin_path;
+pub use plugin_path::plugin_path as plugin;
 
 /// Runs `cojoin` with `args`, a test-local compile cache and no stdin.
 pub fn cojoin(args: &[&str]) -> Output {

@@ -366,18 +366,4 @@ mod tests {
             assert!(svg.contains(&format!(">{tick}</text>")), "{tick}");
         }
     }
-
-    /// `PLOT_SAMPLE=/tmp/plot-sample.svg cargo test -p cojoin-e2e --lib plot` writes the sample
-    /// chart there, to look at.
-    #[test]
-    fn writes_a_sample_when_asked() {
-        if let Some(path) = std::env::var_os("PLOT_SAMPLE") {
-            let svg = bar_chart_svg(
-                "join throughput: 200000 records per topic, median of 3 runs",
-                "records/s",
-                &sample(),
-            );
-            std::fs::write(path, svg).unwrap();
-        }
-    }
 }

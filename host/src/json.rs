@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 use crate::event::{Event, Header, OutputRecord};
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EventJsonError {
     #[error("not a valid event: {0} (expected fields: topic, partition, offset, timestamp, key, value, headers)")]
     Shape(serde_json::Error),

@@ -5,6 +5,7 @@
 //! - [`acl`]: the Kafka permissions a config needs, and how to grant them (pure).
 //! - [`admin`]: the admin HTTP server — `/metrics`, `/healthz`, `/readyz`, `GET`/`PUT /plugins`.
 //! - [`check`]: `cojoin check` — broker, topics, co-partitioning, producer partitioners.
+//! - [`clock`]: the wall clock (milliseconds since the Unix epoch).
 //! - [`config`]: the TOML configuration, its defaults and validation (pure).
 //! - [`demo`]: `cojoin demo` — the join on an embedded mock broker with a generated stream.
 //! - [`event`]: the records the join handles — pure data shared by every other module.
@@ -36,6 +37,7 @@
 pub mod acl;
 pub mod admin;
 pub mod check;
+pub mod clock;
 pub mod config;
 pub mod demo;
 pub mod event;

@@ -463,7 +463,7 @@ impl Collector for Scrape {
             "Seconds every batch of the repartition step has failed for (0 while it works).",
             match s.repartition_failing_since_ms {
                 0 => 0,
-                since => crate::admin::now_ms().saturating_sub(since) / 1000,
+                since => crate::clock::now_ms().saturating_sub(since) / 1000,
             },
         )?;
         gauge(

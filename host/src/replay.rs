@@ -9,6 +9,7 @@ use crate::join::{CommitPoint, MAX_ORIGINS};
 use crate::task::{Action, Batch, Emit, PartitionTask, TaskCounters};
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReplayError {
     #[error("line {line}: {message}")]
     Line { line: usize, message: String },
@@ -30,7 +31,7 @@ pub fn replay(
 ) -> Result<ReplayResult, ReplayError> {
     let policy = crate::wiring::task_policy(config);
     // A recording is judged against the clock of the replay, as a host would judge it live.
-    let wall_clock = crate::admin::now_ms() as i64;
+    let wall_clock = crate::clock::now_ms() as i64;
     let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();
     // Per task, the (side, partition) pairs sent to it: a join state holds events of at most
     // MAX_ORIGINS, a bound only a recording keyed from the value can reach (one task takes all).
@@ -104,7 +105,7 @@ pub fn replay(
         // once rather than wait for records that will never come.
         let mut now = 0;
         task.set_wall_clock(wall_clock);
-        while (task.buffered() > 0 || task.parked_until().is_some()) && task.halted().is_none() {
+        while (task.queued() > 0 || task.parked_until().is_some()) && task.halted().is_none() {
             // A failed call waiting for its retry: the replay's clock moves to it at once.
             now = now.max(task.parked_until().unwrap_or(now));
             let batch: Batch = task.run(now, action);

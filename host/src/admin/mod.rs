@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{anyhow, Result};
 use serde_json::json;
@@ -54,14 +54,16 @@ pub struct AdminState {
     pub upload_dir: Option<PathBuf>,
 }
 
-/// One request, as [`route`] sees it. `body` reads the upload (only `PUT /plugins` calls it);
-/// its error is a status and a reason.
+/// One request, as [`route`] sees it: no HTTP framing left, so that routing is tested without a
+/// socket.
 pub struct Request<'a> {
     pub method: &'a str,
     /// Path and query, e.g. `/plugins?name=order-paid`.
     pub target: &'a str,
     pub authorization: Option<&'a str>,
-    pub body: &'a mut dyn FnMut() -> Result<Vec<u8>, (u16, String)>,
+    /// An upload's body, received whole, or why it was not (a status and a reason: too large,
+    /// too slow, no room); empty for other requests, whose bodies are not read.
+    pub body: Result<Vec<u8>, (u16, String)>,
 }
 
 pub struct AdminServer {
@@ -71,12 +73,7 @@ pub struct AdminServer {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub use crate::clock::now_ms;
 
 impl AdminServer {
     /// Reads the TLS files (a problem is a config error, before anything connects), binds, and
@@ -198,53 +195,36 @@ fn bearer_matches(authorization: Option<&str>, token: &str) -> bool {
     scheme.eq_ignore_ascii_case("bearer") & (std::hint::black_box(differ) == 0)
 }
 
-/// What a request's head makes of it: an answer, or an upload (authorized, named) that needs
-/// its body.
+/// What a request's head asks for, once its token is checked: an answer it gets whatever the
+/// host's state (a refusal), or one read from the state.
+#[derive(Debug, PartialEq)]
 enum Routed {
-    Answer(Reply),
+    Refused(Reply),
+    Healthz,
+    Metrics,
+    Readyz,
+    Plugins,
+    /// An authorized upload, named: it needs its body.
     Upload(String),
 }
 
 /// Routes one request.
 pub fn route(request: Request<'_>, state: &AdminState) -> Reply {
-    match route_head(request.method, request.target, request.authorization, state) {
-        Routed::Answer(reply) => reply,
-        Routed::Upload(name) => upload::upload(&name, request.body, state),
-    }
-}
-
-fn route_head(
-    method: &str,
-    target: &str,
-    authorization: Option<&str>,
-    state: &AdminState,
-) -> Routed {
-    let path = target.split('?').next().unwrap_or("");
-    if path == "/healthz" {
-        if method != "GET" && method != "HEAD" {
-            return Routed::Answer(text(
-                405,
-                format!("{method} is not allowed on {path}: use GET\n"),
-            ));
-        }
-        return Routed::Answer(healthz(&state.heartbeat_ms, &state.metrics));
-    }
-    if let Some(token) = &state.token {
-        if !bearer_matches(authorization, token) {
-            return Routed::Answer(text(
-                401,
-                "missing or wrong bearer token (Authorization: Bearer <admin.token>)\n",
-            ));
-        }
-    }
-    let plugins = path == "/plugins" || path.starts_with("/plugins/");
-    Routed::Answer(match (method, path) {
-        ("GET", "/metrics") => Reply {
+    let routed = route_head(
+        request.method,
+        request.target,
+        request.authorization,
+        state.token.as_deref(),
+    );
+    match routed {
+        Routed::Refused(reply) => reply,
+        Routed::Healthz => healthz(&state.heartbeat_ms, &state.metrics),
+        Routed::Metrics => Reply {
             status: 200,
             content_type: crate::metrics::CONTENT_TYPE,
             body: state.metrics.render(),
         },
-        ("GET", "/readyz") => match step_failing(&state.metrics).filter(|d| *d > STEP_UNREADY) {
+        Routed::Readyz => match step_failing(&state.metrics).filter(|d| *d > STEP_UNREADY) {
             Some(d) => text(
                 503,
                 format!(
@@ -255,21 +235,58 @@ fn route_head(
             None if state.metrics.read(|m| m.processing) => text(200, "ready\n"),
             None => text(503, "not ready: no task assigned yet (joining the group)\n"),
         },
-        ("GET", "/plugins") => json_reply(200, plugins_json(state)),
+        Routed::Plugins => json_reply(200, plugins_json(state)),
+        Routed::Upload(name) => upload::upload(&name, request.body, state),
+    }
+}
+
+/// Where a request goes, from its method, target and `Authorization` alone: pure, so that every
+/// refusal (401, 404, 405, a bad upload name) is tested without a host.
+fn route_head(
+    method: &str,
+    target: &str,
+    authorization: Option<&str>,
+    token: Option<&str>,
+) -> Routed {
+    let path = target.split('?').next().unwrap_or("");
+    if path == "/healthz" {
+        if method != "GET" && method != "HEAD" {
+            return Routed::Refused(text(
+                405,
+                format!("{method} is not allowed on {path}: use GET\n"),
+            ));
+        }
+        return Routed::Healthz;
+    }
+    if let Some(token) = token {
+        if !bearer_matches(authorization, token) {
+            return Routed::Refused(text(
+                401,
+                "missing or wrong bearer token (Authorization: Bearer <admin.token>)\n",
+            ));
+        }
+    }
+    let plugins = path == "/plugins" || path.starts_with("/plugins/");
+    match (method, path) {
+        ("GET", "/metrics") => Routed::Metrics,
+        ("GET", "/readyz") => Routed::Readyz,
+        ("GET", "/plugins") => Routed::Plugins,
         ("PUT", _) if plugins => match upload::name(target) {
-            Ok(name) => return Routed::Upload(name),
-            Err(refused) => refused,
+            Ok(name) => Routed::Upload(name),
+            Err(refused) => Routed::Refused(refused),
         },
-        (_, "/metrics" | "/readyz") => text(405, format!("{method} is not allowed on {path}\n")),
-        _ if plugins => text(
+        (_, "/metrics" | "/readyz") => {
+            Routed::Refused(text(405, format!("{method} is not allowed on {path}\n")))
+        }
+        _ if plugins => Routed::Refused(text(
             405,
             format!("{method} is not allowed on {path}: GET or PUT /plugins\n"),
-        ),
-        _ => text(
+        )),
+        _ => Routed::Refused(text(
             404,
             "not found: try /metrics, /healthz, /readyz, GET or PUT /plugins\n",
-        ),
-    })
+        )),
+    }
 }
 
 /// The admin API as the server sees it: [`route`], with uploads refused on their head (token,
@@ -282,9 +299,9 @@ impl server::Routes for AdminRoutes {
     }
 
     fn refuse_before_body(&self, target: &str, authorization: Option<&str>) -> Option<Reply> {
-        match route_head("PUT", target, authorization, &self.0) {
-            Routed::Answer(reply) => Some(reply),
-            Routed::Upload(_) => None,
+        match route_head("PUT", target, authorization, self.0.token.as_deref()) {
+            Routed::Refused(reply) => Some(reply),
+            _ => None,
         }
     }
 }
@@ -345,5 +362,54 @@ mod tests {
             assert!(!bearer_matches(Some(given), "s3cret"), "{given:?}");
         }
         assert!(!bearer_matches(None, "s3cret"));
+    }
+
+    fn refused(routed: Routed) -> (u16, String) {
+        match routed {
+            Routed::Refused(reply) => (reply.status, reply.body),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn requests_are_routed_on_their_head_alone() {
+        let token = Some("s3cret");
+        let auth = Some("Bearer s3cret");
+        let route =
+            |method, target, authorization| route_head(method, target, authorization, token);
+        assert_eq!(route("GET", "/metrics", auth), Routed::Metrics);
+        assert_eq!(route("GET", "/readyz?verbose", auth), Routed::Readyz);
+        assert_eq!(route("GET", "/plugins", auth), Routed::Plugins);
+        assert_eq!(
+            route("PUT", "/plugins/fraud.wasm", auth),
+            Routed::Upload("fraud".into())
+        );
+        // The liveness probe needs no token: an orchestrator has none.
+        assert_eq!(route("GET", "/healthz", None), Routed::Healthz);
+        assert_eq!(route("HEAD", "/healthz", None), Routed::Healthz);
+        // Without a token configured, none is asked for.
+        assert_eq!(route_head("GET", "/metrics", None, None), Routed::Metrics);
+
+        let (status, why) = refused(route("PUT", "/plugins/fraud.wasm", None));
+        assert_eq!(status, 401);
+        assert!(why.contains("Authorization: Bearer"), "{why}");
+        assert_eq!(
+            refused(route("GET", "/metrics", Some("Bearer guess"))).0,
+            401
+        );
+        let (status, why) = refused(route("GET", "/nowhere", auth));
+        assert_eq!(status, 404);
+        assert!(why.contains("try /metrics"), "{why}");
+        for (method, target, hint) in [
+            ("POST", "/healthz", "use GET"),
+            ("PUT", "/metrics", "PUT is not allowed on /metrics"),
+            ("DELETE", "/plugins/fraud.wasm", "GET or PUT /plugins"),
+            ("POST", "/plugins", "GET or PUT /plugins"),
+        ] {
+            let (status, why) = refused(route(method, target, auth));
+            assert_eq!(status, 405, "{method} {target}");
+            assert!(why.contains(hint), "{method} {target}: {why}");
+        }
+        assert_eq!(refused(route("PUT", "/plugins?name=a/b", auth)).0, 400);
     }
 }

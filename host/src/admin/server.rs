@@ -1,46 +1,56 @@
-//! The admin server's HTTP/1.1 plumbing: one request per connection, over TCP or TLS
-//! ([`super::tls`]), deadlines on the head (the TLS handshake included) and the body, and a cap
-//! on connections. Connections are tokio tasks on the admin thread, so idle
-//! clients cost no thread; `/healthz` and the GETs are answered on it directly. An upload's body
-//! is received there too ([`super::body`]: a byte budget shared by all uploads, a minimum rate),
-//! and only the whole body goes to a small blocking pool to be compiled and swapped in.
-//! tiny_http, used before, answered one request at a time (a slow upload held `/healthz` for
-//! 19 s) and started a thread for every connection (6,000 idle connections made 6,015 threads).
+//! The admin server's connections: accepted on the admin thread's tokio runtime, over TCP or TLS
+//! ([`super::tls`]), capped in number, and served by hyper's HTTP/1.1 (keep-alive, chunked
+//! bodies, `Expect: 100-continue`); what each request gets is [`exchange`]'s. Connections are
+//! tokio tasks, so idle clients cost no thread; `/healthz` and the GETs are answered on the admin
+//! thread directly, an upload's body is received there too ([`super::body`]), and only the whole
+//! body goes to a small blocking pool to be compiled and swapped in.
+//! tiny_http, used before the hand-written server, answered one request at a time (a slow upload
+//! held `/healthz` for 19 s) and started a thread for every connection; the hand-written server
+//! that followed knew neither keep-alive, chunked bodies nor `100-continue` (`curl -T` waited a
+//! second for it before sending a plugin).
 
+mod exchange;
+
+use std::convert::Infallible;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::time::{timeout, timeout_at, Instant};
+use tokio::time::{timeout, Instant};
 use tokio_rustls::TlsAcceptor;
 
-use super::body::{self, UploadBudget};
+use super::body::UploadBudget;
 use super::{tls, Reply, Request};
 
 /// Bounds on what clients may hold.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     /// Connections served at once; past it a connection gets 503, except `/healthz`, answered
-    /// if its request line arrives within [`Limits::overflow_read`].
+    /// if its request head arrives within [`Limits::overflow_read`].
     pub max_connections: usize,
-    /// Time from connecting to the end of the headers: the TLS handshake, the request line and
-    /// the headers.
+    /// Time to finish the TLS handshake once connected, and then to send each request head
+    /// (request line and headers), counted from the end of the previous answer on a kept-alive
+    /// connection: so an idle connection is closed after it.
     pub head_timeout: Duration,
     /// Time to send the whole body, once there is room for it in `upload_budget`.
     pub body_timeout: Duration,
-    /// Time a connection past the cap has to send its request line.
+    /// Time a connection past the cap has to send its request head.
     pub overflow_read: Duration,
-    /// Largest body accepted.
+    /// Largest body accepted, with a Content-Length or chunked.
     pub max_body: u64,
     /// Uploads compiled at once (each may take seconds); more wait their turn, their bodies
     /// already received.
     pub upload_threads: usize,
     /// Bytes of upload bodies held at once, all uploads together: each reserves its
-    /// Content-Length before its body is read, so concurrent uploads take no more memory than
-    /// this between them (one `max_body` by default).
+    /// Content-Length before its body is read (a chunked one reserves as it grows), so
+    /// concurrent uploads take no more memory than this between them (one `max_body` by
+    /// default).
     pub upload_budget: u64,
     /// How long an upload waits for room in `upload_budget` before it gets 503.
     pub budget_wait: Duration,
@@ -69,7 +79,9 @@ impl Default for Limits {
     }
 }
 
-const MAX_HEAD: usize = 16 * 1024;
+/// hyper's read buffer per connection, which bounds a request head: 256 connections hold at
+/// most 16 MiB of it (hyper's default, ~400 KiB, would allow 100 MiB).
+const READ_BUFFER: usize = 64 * 1024;
 
 /// A connection's bytes: TCP, or TLS over it. Boxed: one code path for both, and an admin
 /// request is worth far more than a virtual call.
@@ -80,13 +92,14 @@ type Stream = Box<dyn Io>;
 /// What the server asks of the admin API. A closure `Fn(Request) -> Reply` is one that refuses
 /// no upload before its body arrives (enough for tests of the plumbing).
 pub trait Routes: Send + Sync + 'static {
-    /// Answers a request: at once on the admin thread, except an upload (`PUT`), answered on
-    /// the upload pool with its body already received (`request.body` hands it over, or why
-    /// it was not received).
+    /// Answers a request: at once on the admin thread, except an upload (`PUT`) whose body was
+    /// received (`request.body`), answered on the upload pool. An upload whose body was not
+    /// received is answered at once, `request.body` saying why (a status and a reason).
     fn answer(&self, request: Request<'_>) -> Reply;
 
     /// The answer to a `PUT` that is refused on its head alone (token, path, name): given
-    /// before the body is read, so a client that may not upload gets no share of the budget.
+    /// before the body is read, so a client that may not upload gets no share of the budget
+    /// (and, if it sent `Expect: 100-continue`, sends no body at all).
     fn refuse_before_body(&self, _target: &str, _authorization: Option<&str>) -> Option<Reply> {
         None
     }
@@ -122,8 +135,12 @@ where
         .max_blocking_threads(limits.upload_threads.max(1))
         .thread_name("admin-upload")
         .build()?;
-    let (serve, healthz) = (Arc::new(serve), Arc::new(healthz));
-    let budget = Arc::new(UploadBudget::new(limits.upload_budget));
+    let served = Arc::new(exchange::Served {
+        limits,
+        routes: serve,
+        healthz,
+        budget: UploadBudget::new(limits.upload_budget),
+    });
     let tls = tls.map(TlsAcceptor::from);
     let thread = std::thread::Builder::new()
         .name("admin".into())
@@ -150,19 +167,13 @@ where
                             continue;
                         }
                     };
-                    let (serve, healthz, tls) = (serve.clone(), healthz.clone(), tls.clone());
+                    let (served, tls) = (served.clone(), tls.clone());
                     match slots.clone().try_acquire_owned() {
                         Ok(slot) => {
-                            let budget = budget.clone();
                             tokio::spawn(async move {
                                 let deadline = Instant::now() + limits.head_timeout;
                                 if let Some(stream) = open(stream, tls.as_ref(), deadline).await {
-                                    let served = Served {
-                                        limits,
-                                        serve,
-                                        budget,
-                                    };
-                                    connection(stream, deadline, &served, &*healthz).await;
+                                    connection(stream, served).await;
                                 }
                                 drop(slot);
                             });
@@ -171,7 +182,7 @@ where
                             tokio::spawn(async move {
                                 let deadline = Instant::now() + limits.overflow_read;
                                 if let Some(stream) = open(stream, tls.as_ref(), deadline).await {
-                                    overflow(stream, deadline, limits, healthz).await;
+                                    overflow(stream, served).await;
                                 }
                             });
                         }
@@ -184,6 +195,39 @@ where
     Ok((addr, thread))
 }
 
+/// hyper's HTTP/1.1 for one connection: each head within `head_timeout` (an idle kept-alive
+/// connection included), keep-alive as asked.
+fn http(head_timeout: Duration, keep_alive: bool) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(head_timeout)
+        .keep_alive(keep_alive)
+        // A client that shuts its side after sending (`nc -N`) still gets its answer.
+        .half_close(true)
+        .max_buf_size(READ_BUFFER);
+    builder
+}
+
+/// Serves `stream` with `answer` until the client closes it, goes idle past the head timeout,
+/// or breaks the protocol (logged at debug: a client's problem, not the host's).
+async fn serve_with<A, Fut>(stream: Stream, builder: http1::Builder, answer: A)
+where
+    A: Fn(hyper::Request<hyper::body::Incoming>) -> Fut,
+    Fut: std::future::Future<Output = hyper::Response<exchange::Body>>,
+{
+    let service = service_fn(|request| {
+        let answered = answer(request);
+        async move { Ok::<_, Infallible>(answered.await) }
+    });
+    if let Err(e) = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .await
+    {
+        tracing::debug!("admin server: connection ended: {e}");
+    }
+}
+
 /// The connection's bytes once it may carry a request: TCP as it is, or TLS once the handshake is
 /// done by `deadline`. `None`: nothing to serve (a plain-HTTP client is told to use HTTPS).
 async fn open(stream: TcpStream, tls: Option<&TlsAcceptor>, deadline: Instant) -> Option<Stream> {
@@ -193,236 +237,48 @@ async fn open(stream: TcpStream, tls: Option<&TlsAcceptor>, deadline: Instant) -
     match tls::accept(acceptor, stream, deadline).await {
         Ok(stream) => Some(Box::new(stream)),
         Err(tls::Refused::NotTls(stream)) => {
-            let reply = Reply::text(
-                400,
-                "this admin server speaks HTTPS only (admin.tls_cert): use https://\n",
-            );
-            write_reply(Box::new(stream), &reply, false).await;
+            // Its first byte has come: the rest of its head is on its way, or never comes.
+            let timeout = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(100));
+            serve_with(Box::new(stream), http(timeout, false), |_| async {
+                exchange::response(Reply::text(
+                    400,
+                    "this admin server speaks HTTPS only (admin.tls_cert): use https://\n",
+                ))
+            })
+            .await;
             None
         }
         Err(tls::Refused::Dropped) => None,
     }
 }
 
-/// A connection past the cap: `/healthz` is answered (a liveness probe must not fail because
-/// idle clients hold every slot), anything else gets 503.
-async fn overflow<H: Fn() -> Reply>(
-    mut stream: Stream,
-    deadline: Instant,
-    limits: Limits,
-    healthz: Arc<H>,
+/// A connection within the cap: as many requests as the client sends.
+async fn connection<F: Routes, H: Fn() -> Reply + Send + Sync + 'static>(
+    stream: Stream,
+    served: Arc<exchange::Served<F, H>>,
 ) {
-    let reply = match timeout_at(deadline, read_head(&mut stream)).await {
-        Ok(Ok(head)) if head.path() == "/healthz" && head.method == "GET" => healthz(),
-        _ => Reply::text(
-            503,
-            format!(
-                "too many admin connections (more than {}); try again\n",
-                limits.max_connections
-            ),
-        ),
-    };
-    write_reply(stream, &reply, false).await;
-}
-
-/// What every connection shares: the limits, the routes and the upload budget.
-struct Served<F> {
-    limits: Limits,
-    serve: Arc<F>,
-    budget: Arc<UploadBudget>,
-}
-
-async fn connection<F: Routes, H: Fn() -> Reply>(
-    mut stream: Stream,
-    deadline: Instant,
-    served: &Served<F>,
-    healthz: &H,
-) {
-    let head = match timeout_at(deadline, read_head(&mut stream)).await {
-        Ok(Ok(head)) => head,
-        Ok(Err(HeadError::Bad(why))) => {
-            write_reply(stream, &Reply::text(400, format!("{why}\n")), false).await;
-            return;
-        }
-        // Closed, or no complete head in time: an idle client.
-        Ok(Err(HeadError::Closed)) | Err(_) => return,
-    };
-    let head_only = head.method == "HEAD";
-    if head.path() == "/healthz" && (head.method == "GET" || head_only) {
-        write_reply(stream, &healthz(), head_only).await;
-        return;
-    }
-    if head.method != "PUT" {
-        // Reads of shared state: quick, answered here.
-        let reply = served.serve.answer(Request {
-            method: &head.method,
-            target: &head.target,
-            authorization: head.authorization.as_deref(),
-            body: &mut || Err((400, "this request takes no body".to_owned())),
-        });
-        write_reply(stream, &reply, head_only).await;
-        return;
-    }
-    upload(stream, head, served).await;
-}
-
-/// A `PUT`: refused on its head, or its body received here (holding its share of the budget)
-/// and only then answered on the blocking pool, where it is compiled and swapped in.
-async fn upload<F: Routes>(mut stream: Stream, mut head: Head, served: &Served<F>) {
-    let authorization = head.authorization.as_deref();
-    if let Some(reply) = served.serve.refuse_before_body(&head.target, authorization) {
-        write_reply(stream, &reply, false).await;
-        return;
-    }
-    let limits = &served.limits;
-    let received = async {
-        let Some(length) = head.content_length else {
-            return Err((
-                411,
-                "send the body with a Content-Length (e.g. curl -T plugin.wasm)".to_owned(),
-            ));
-        };
-        if length > limits.max_body {
-            return Err((
-                413,
-                format!(
-                    "the upload ({}) is larger than the {} this host accepts",
-                    body::size(length),
-                    body::size(limits.max_body)
-                ),
-            ));
-        }
-        let room = served.budget.reserve(length, limits.budget_wait).await?;
-        let start = std::mem::take(&mut head.rest);
-        let body = body::read(&mut stream, start, length, limits).await?;
-        Ok((body, room))
-    }
-    .await;
-    let serve = served.serve.clone();
-    let answered = tokio::task::spawn_blocking(move || {
-        let (mut body, room) = match received {
-            Ok((body, room)) => (Ok(body), Some(room)),
-            Err(refused) => (Err(refused), None),
-        };
-        let reply = serve.answer(Request {
-            method: &head.method,
-            target: &head.target,
-            authorization: head.authorization.as_deref(),
-            body: &mut || std::mem::replace(&mut body, Ok(Vec::new())),
-        });
-        // The body's share of the budget comes back once the upload is answered: until then
-        // its bytes are still held.
-        drop(room);
-        reply
+    let builder = http(served.limits.head_timeout, true);
+    serve_with(stream, builder, |request| {
+        exchange::answer(request, served.clone())
     })
     .await;
-    match answered {
-        Ok(reply) => write_reply(stream, &reply, false).await,
-        Err(e) => tracing::error!("admin server: an upload handler failed: {e}"),
-    }
 }
 
-struct Head {
-    method: String,
-    target: String,
-    authorization: Option<String>,
-    content_length: Option<u64>,
-    /// Bytes read past the head: the start of the body.
-    rest: Vec<u8>,
-}
-
-impl Head {
-    fn path(&self) -> &str {
-        self.target.split('?').next().unwrap_or("")
-    }
-}
-
-enum HeadError {
-    Closed,
-    Bad(String),
-}
-
-async fn read_head(stream: &mut Stream) -> Result<Head, HeadError> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let end = loop {
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return Err(HeadError::Closed),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end;
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(HeadError::Bad("the request head is too large".into()));
-        }
-    };
-    let rest = buf.split_off(end + 4);
-    let text = String::from_utf8_lossy(&buf[..end]).into_owned();
-    let mut lines = text.split("\r\n");
-    let mut parts = lines.next().unwrap_or("").split_whitespace();
-    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
-        return Err(HeadError::Bad("not an HTTP request line".into()));
-    };
-    let mut head = Head {
-        method: method.to_owned(),
-        target: target.to_owned(),
-        authorization: None,
-        content_length: None,
-        rest,
-    };
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("authorization") {
-            head.authorization = Some(value.to_owned());
-        } else if name.eq_ignore_ascii_case("content-length") {
-            head.content_length = Some(
-                value
-                    .parse()
-                    .map_err(|_| HeadError::Bad(format!("bad Content-Length {value:?}")))?,
-            );
-        }
-    }
-    Ok(head)
-}
-
-async fn write_reply(mut stream: Stream, reply: &Reply, head_only: bool) {
-    let reason = match reply.status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        411 => "Length Required",
-        413 => "Payload Too Large",
-        422 => "Unprocessable Entity",
-        503 => "Service Unavailable",
-        _ => "",
-    };
-    let mut out = format!(
-        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        reply.status,
-        reply.content_type,
-        reply.body.len()
-    )
-    .into_bytes();
-    if !head_only {
-        out.extend_from_slice(reply.body.as_bytes());
-    }
-    let write = async {
-        stream.write_all(&out).await?;
-        stream.shutdown().await?;
-        // Drain what the client still sends (an unread body) so that closing does not reset
-        // the connection before the client has read the reply.
-        let mut sink = [0u8; 4096];
-        while stream.read(&mut sink).await? > 0 {}
-        std::io::Result::Ok(())
-    };
-    let _ = timeout(Duration::from_secs(5), write).await;
+/// A connection past the cap: one request, whose head must come within `overflow_read`.
+/// `/healthz` is answered (a liveness probe must not fail because idle clients hold every
+/// slot), anything else gets 503.
+async fn overflow<F: Routes, H: Fn() -> Reply + Send + Sync + 'static>(
+    stream: Stream,
+    served: Arc<exchange::Served<F, H>>,
+) {
+    let builder = http(served.limits.overflow_read, false);
+    serve_with(stream, builder, |request| {
+        let reply = exchange::overflow(&request, &served);
+        async move { exchange::response(reply) }
+    })
+    .await;
 }
 
 #[cfg(test)]

@@ -43,13 +43,14 @@ fn upload_name(target: &str) -> Option<String> {
     ok.then(|| name.to_owned())
 }
 
-/// Reads the component (`body`), swaps it in as `name`, and keeps it where a restart finds it.
+/// Swaps the component (`body`, or why it was not received) in as `name`, and keeps it where a
+/// restart finds it.
 pub(super) fn upload(
     name: &str,
-    body: &mut dyn FnMut() -> Result<Vec<u8>, (u16, String)>,
+    body: Result<Vec<u8>, (u16, String)>,
     state: &AdminState,
 ) -> Reply {
-    let bytes = match body() {
+    let bytes = match body {
         Ok(b) => b,
         Err((status, e)) => return json_reply(status, json!({ "error": e })),
     };

@@ -56,10 +56,25 @@ pub(crate) fn open_registry(
 ) -> Result<std::sync::Arc<PluginRegistry>> {
     let engine = PluginEngine::new(EngineOptions {
         cache_dir,
+        cache_max_bytes: cache_max_bytes(std::env::var("COJOIN_CACHE_MAX_MIB").ok().as_deref())?,
         fuel: limits.fuel.is_some(),
         ..EngineOptions::default()
     })?;
     Ok(PluginRegistry::from_file(engine, path, limits, config)?)
+}
+
+/// The compile caches' cap from `$COJOIN_CACHE_MAX_MIB` (unset: 4096); 0 stores nothing.
+fn cache_max_bytes(mib: Option<&str>) -> Result<u64> {
+    let Some(mib) = mib else {
+        return Ok(cojoin::plugin::DEFAULT_CACHE_MAX_BYTES);
+    };
+    mib.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|m| m.checked_mul(1 << 20))
+        .with_context(|| {
+            format!("COJOIN_CACHE_MAX_MIB={mib:?}: expected a whole number of MiB, such as 4096 (0 keeps no compiled code)")
+        })
 }
 
 /// A flag set by the first SIGINT/SIGTERM (saying `first`); the second exits at once (130).
@@ -78,4 +93,26 @@ pub(crate) fn on_signal(
     })
     .context("installing the signal handler")?;
     Ok(stop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cache_max_bytes;
+
+    #[test]
+    fn the_cache_cap_comes_from_the_environment_in_mib_and_a_bad_value_names_the_variable() {
+        assert_eq!(
+            cache_max_bytes(None).unwrap(),
+            cojoin::plugin::DEFAULT_CACHE_MAX_BYTES
+        );
+        assert_eq!(cache_max_bytes(Some("512")).unwrap(), 512 << 20);
+        assert_eq!(cache_max_bytes(Some("0")).unwrap(), 0);
+        for bad in ["4G", "-1", "", "99999999999999999"] {
+            let e = cache_max_bytes(Some(bad)).unwrap_err().to_string();
+            assert!(
+                e.contains("COJOIN_CACHE_MAX_MIB") && e.contains("MiB"),
+                "{bad}: {e}"
+            );
+        }
+    }
 }

@@ -307,7 +307,7 @@ pub fn produce_stream(
     // long stream, past any host's join.max_future. Starting it one stream's span in the past
     // keeps every timestamp at or before the wall clock.
     let span = planned.iter().map(|p| p.timestamp).max().unwrap_or(0);
-    let base_ts = crate::admin::now_ms() as i64 - span;
+    let base_ts = crate::clock::now_ms() as i64 - span;
     let start = Instant::now();
     let mut count = 0;
     for p in planned {

@@ -104,10 +104,6 @@ impl PluginVersion {
         })
     }
 
-    pub fn limits(&self) -> &PluginLimits {
-        &self.limits
-    }
-
     /// Whether the component takes calls in batches (it exports `on-batch`).
     pub fn batches(&self) -> bool {
         self.on_batch.is_some()

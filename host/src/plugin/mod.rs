@@ -20,7 +20,7 @@ pub mod registry;
 mod sandbox;
 
 pub use cache::CacheOutcome;
-pub use engine::{EngineOptions, PluginEngine};
+pub use engine::{EngineOptions, PluginEngine, DEFAULT_CACHE_MAX_BYTES};
 pub use error::{CallError, LoadError, TrapKind};
 pub use instance::{PluginInstance, PluginVersion};
 pub use limits::PluginLimits;

@@ -88,10 +88,6 @@ impl PluginRegistry {
             .clone()
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// Loads `bytes` as the next version and publishes it once it has passed validation. Returns
     /// the version now current: the same one when `bytes` is what already runs. On error nothing
     /// changes. Blocking (compiles): run it off the async runtime.
@@ -129,11 +125,6 @@ impl PluginRegistry {
         self.generation.store(version.generation, Ordering::Release);
         log_published(&version);
         Ok(version)
-    }
-
-    /// [`PluginRegistry::swap`] with the component read from `path`.
-    pub fn swap_file(&self, path: &Path) -> Result<Arc<PluginVersion>, LoadError> {
-        self.swap_named(&read(path)?, &plugin_name(path))
     }
 
     fn live_slots(&self) -> Vec<Arc<StagedSlot>> {

@@ -1,11 +1,10 @@
 //! `cojoin plugin deploy`: one `PUT /plugins/<name>.wasm` to a running host's admin server, and
 //! its answer: the version now live, or why the host refused it.
 //!
-//! A plain HTTP/1.1 request on a `TcpStream` (the admin server speaks only that, on loopback by
-//! default): the request and the answer's parsing are pure and tested apart from the socket.
+//! HTTP by ureq, with `Expect: 100-continue`: a host that refuses the upload on its head (wrong
+//! token, too large) says so before the component is sent. The URL, the name and the reading of
+//! the answer are pure and tested apart from the network.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 /// The host compiles and instantiates the upload before answering: a large Python component takes
@@ -18,10 +17,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum DeployError {
     #[error("admin URL {url:?} {problem}: give http://host:port of the host's admin server (admin.bind), e.g. http://127.0.0.1:9464")]
     BadUrl { url: String, problem: &'static str },
+    #[error("plugin name {name:?} cannot be uploaded: a name holds letters, digits, '-', '_' and '.' only, and does not start with '.'; give another with --name")]
+    BadName { name: String },
     #[error("cannot reach the admin server at {url}: {error}; is the host running, and is this its admin.bind?")]
-    Unreachable { url: String, error: std::io::Error },
-    #[error("the admin server at {url} sent an answer that is not HTTP: {answer:?}")]
-    BadAnswer { url: String, answer: String },
+    Unreachable { url: String, error: ureq::Error },
+    #[error("the admin server at {url} sent an answer that is not HTTP ({problem}); is this its admin.bind?")]
+    BadAnswer { url: String, problem: String },
 }
 
 /// Where the admin server is: `host:port` and the path prefix (usually empty).
@@ -31,8 +32,9 @@ pub struct AdminUrl {
     pub prefix: String,
 }
 
-/// `http://host:port[/prefix]`, or `host:port`. HTTPS is refused: the admin server does not
-/// speak it (reach a remote one through a tunnel or a TLS-terminating proxy's http side).
+/// `http://host:port[/prefix]`, or `host:port`. HTTPS is refused with the way round it: this
+/// command speaks plain HTTP only (its client is built without TLS), while an admin server with
+/// `admin.tls_cert` speaks HTTPS only.
 pub fn parse_url(url: &str) -> Result<AdminUrl, DeployError> {
     let bad = |problem| DeployError::BadUrl {
         url: url.to_owned(),
@@ -55,13 +57,24 @@ pub fn parse_url(url: &str) -> Result<AdminUrl, DeployError> {
     })
 }
 
-/// The head of the upload request.
-pub fn request_head(url: &AdminUrl, name: &str, len: usize, token: Option<&str>) -> String {
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    format!(
-        "PUT {}/plugins/{name}.wasm HTTP/1.1\r\nHost: {}\r\nContent-Type: application/wasm\r\nContent-Length: {len}\r\n{auth}Connection: close\r\n\r\n",
-        url.prefix, url.authority
-    )
+/// Where the upload of `name` goes. The name is checked first: the host takes a plain file name
+/// only, and it is part of the URL.
+pub fn upload_url(url: &AdminUrl, name: &str) -> Result<String, DeployError> {
+    let plain = !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !plain {
+        return Err(DeployError::BadName {
+            name: name.to_owned(),
+        });
+    }
+    Ok(format!(
+        "http://{}{}/plugins/{name}.wasm",
+        url.authority, url.prefix
+    ))
 }
 
 /// An answer: status and body.
@@ -69,20 +82,6 @@ pub fn request_head(url: &AdminUrl, name: &str, len: usize, token: Option<&str>)
 pub struct Answer {
     pub status: u16,
     pub body: String,
-}
-
-/// Status line and body of a whole `Connection: close` answer.
-pub fn parse_answer(raw: &[u8]) -> Option<Answer> {
-    let text = String::from_utf8_lossy(raw);
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let mut status_line = head.lines().next()?.split_whitespace();
-    if !status_line.next()?.starts_with("HTTP/") {
-        return None;
-    }
-    Some(Answer {
-        status: status_line.next()?.parse().ok()?,
-        body: body.to_owned(),
-    })
 }
 
 /// What the host answered an upload, for the command line to print.
@@ -125,38 +124,97 @@ pub fn deploy(
     name: &str,
     component: &[u8],
 ) -> Result<Outcome, DeployError> {
-    let admin = parse_url(url)?;
-    let unreachable = |error| DeployError::Unreachable {
-        url: url.to_owned(),
-        error,
+    let target = upload_url(&parse_url(url)?, name)?;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        // A refusal (401, 413, 422) is an answer to read, not an error.
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .timeout_recv_response(Some(ANSWER_TIMEOUT))
+        .build()
+        .into();
+    let mut request = agent
+        .put(&target)
+        .header("Content-Type", "application/wasm")
+        .header("Expect", "100-continue");
+    if let Some(token) = token {
+        request = request.header("Authorization", format!("Bearer {}", token.trim()));
+    }
+    let failed = |error: ureq::Error| match error {
+        ureq::Error::Protocol(e) => DeployError::BadAnswer {
+            url: url.to_owned(),
+            problem: e.to_string(),
+        },
+        error => DeployError::Unreachable {
+            url: url.to_owned(),
+            error,
+        },
     };
-    let addr = admin
-        .authority
-        .to_socket_addrs()
-        .map_err(unreachable)?
-        .next()
-        .ok_or_else(|| unreachable(std::io::ErrorKind::NotFound.into()))?;
-    let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(unreachable)?;
-    stream
-        .set_read_timeout(Some(ANSWER_TIMEOUT))
-        .map_err(unreachable)?;
-    let head = request_head(&admin, name, component.len(), token);
-    stream.write_all(head.as_bytes()).map_err(unreachable)?;
-    // A refusal before the body is read (401, 413) closes the connection: its answer is still
-    // there to read, so a failed write is not the end.
-    let _ = stream.write_all(component);
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).map_err(unreachable)?;
-    let answer = parse_answer(&raw).ok_or_else(|| DeployError::BadAnswer {
-        url: url.to_owned(),
-        answer: String::from_utf8_lossy(&raw[..raw.len().min(200)]).into_owned(),
-    })?;
-    Ok(Outcome::from_answer(answer))
+    let mut response = request.send(component).map_err(failed)?;
+    let status = response.status().as_u16();
+    let body = response.body_mut().read_to_string().map_err(failed)?;
+    Ok(Outcome::from_answer(Answer { status, body }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The client against the admin server's plumbing, in-process: an upload answered, one
+    /// refused on its size before its body is sent, and a host that is not there.
+    #[test]
+    fn an_upload_reaches_the_admin_server_and_its_refusals_come_back() {
+        use crate::admin::server::{start, Limits};
+        use crate::admin::{Reply, Request};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let limits = Limits {
+            max_body: 1000,
+            ..Limits::default()
+        };
+        let answer = |r: Request<'_>| match (r.authorization, r.body) {
+            (Some("Bearer s3cret"), Ok(bytes)) => Reply {
+                status: 200,
+                content_type: "application/json",
+                body: serde_json::json!({ "target": r.target, "bytes": bytes.len() }).to_string(),
+            },
+            (_, Ok(_)) => Reply::text(401, "missing or wrong bearer token\n"),
+            (_, Err((status, why))) => Reply::text(status, why),
+        };
+        let (addr, _thread) = start(listener, limits, None, stop.clone(), answer, || {
+            Reply::text(200, "ok")
+        })
+        .unwrap();
+        let url = format!("http://{addr}");
+        assert_eq!(
+            deploy(&url, Some("s3cret"), "fraud", b"\0asm").unwrap(),
+            Outcome::Live(serde_json::json!({ "target": "/plugins/fraud.wasm", "bytes": 4 }))
+        );
+        assert_eq!(
+            deploy(&url, Some("guess"), "fraud", b"\0asm").unwrap(),
+            Outcome::Failed {
+                status: 401,
+                body: "missing or wrong bearer token".into()
+            }
+        );
+        match deploy(&url, Some("s3cret"), "big", &vec![0; 5000]).unwrap() {
+            Outcome::Failed { status: 413, body } => {
+                assert!(body.contains("larger than"), "{body}")
+            }
+            other => panic!("{other:?}"),
+        }
+        stop.store(true, Ordering::Relaxed);
+        // A port nothing listens on (bound, then let go).
+        let gone = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let error = deploy(&format!("http://{gone}"), None, "fraud", b"\0asm").unwrap_err();
+        assert!(matches!(error, DeployError::Unreachable { .. }), "{error}");
+        assert!(error.to_string().contains("is the host running"), "{error}");
+    }
 
     #[test]
     fn urls_are_http_host_port_with_an_optional_prefix() {
@@ -175,37 +233,47 @@ mod tests {
     }
 
     #[test]
-    fn the_upload_is_named_and_carries_the_token() {
-        let u = parse_url("http://h:1").unwrap();
-        let head = request_head(&u, "fraud", 42, Some("s3cret"));
-        assert!(
-            head.starts_with("PUT /plugins/fraud.wasm HTTP/1.1\r\n"),
-            "{head}"
+    fn the_upload_goes_to_its_name_which_must_be_a_plain_file_name() {
+        let u = parse_url("http://h:1/admin").unwrap();
+        assert_eq!(
+            upload_url(&u, "fraud_v2").unwrap(),
+            "http://h:1/admin/plugins/fraud_v2.wasm"
         );
-        assert!(head.contains("Content-Length: 42\r\n"));
-        assert!(head.contains("Authorization: Bearer s3cret\r\n"));
-        assert!(!request_head(&u, "fraud", 1, None).contains("Authorization"));
+        for bad in ["", ".hidden", "a/b", "a b", "é"] {
+            let err = upload_url(&u, bad).unwrap_err().to_string();
+            assert!(err.contains("give another with --name"), "{bad}: {err}");
+        }
     }
 
     #[test]
     fn answers_become_live_refused_or_failed() {
-        let answer = |raw: &str| Outcome::from_answer(parse_answer(raw.as_bytes()).unwrap());
-        let live = answer("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"name\":\"fraud\",\"generation\":2}");
+        let answer = |status, body: &str| {
+            Outcome::from_answer(Answer {
+                status,
+                body: body.to_owned(),
+            })
+        };
+        let live = answer(200, "{\"name\":\"fraud\",\"generation\":2}");
         assert_eq!(
             live,
             Outcome::Live(serde_json::json!({"name": "fraud", "generation": 2}))
         );
         assert_eq!(
-            answer("HTTP/1.1 422 Unprocessable Entity\r\n\r\n{\"error\":\"init failed: boom\",\"upload\":\"fraud\",\"running\":\"old@abc\"}"),
-            Outcome::Refused { error: "init failed: boom".into(), running: "old@abc".into() }
+            answer(
+                422,
+                "{\"error\":\"init failed: boom\",\"upload\":\"fraud\",\"running\":\"old@abc\"}"
+            ),
+            Outcome::Refused {
+                error: "init failed: boom".into(),
+                running: "old@abc".into()
+            }
         );
         assert_eq!(
-            answer("HTTP/1.1 401 Unauthorized\r\n\r\nmissing or wrong bearer token\n"),
+            answer(401, "missing or wrong bearer token\n"),
             Outcome::Failed {
                 status: 401,
                 body: "missing or wrong bearer token".into()
             }
         );
-        assert_eq!(parse_answer(b"garbage"), None);
     }
 }

@@ -1,5 +1,6 @@
-//! Repartitioning: which sides of a join are re-keyed into internal topics, and why. Pure; the
-//! Kafka side is `kafka::repartitioner`.
+//! Repartitioning: which sides of a join are re-keyed into internal topics, and why; a record's
+//! new key ([`key`]); the order the step writes what it holds in ([`merge`]). Pure; the Kafka
+//! side is `kafka::repartitioner`.
 //!
 //! A side is repartitioned when its join key is a field of the value (`join.left_key` /
 //! `right_key`), when the two topics' partition counts differ, or when `join.partitions` asks
@@ -11,6 +12,7 @@
 //! larger parallelism.
 
 pub mod key;
+pub mod merge;
 
 use crate::config::{JoinConfig, KeySelector, RepartitionPolicy};
 use crate::event::Side;

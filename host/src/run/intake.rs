@@ -119,7 +119,7 @@ impl Host {
         {
             return Ok(());
         }
-        let now = crate::admin::now_ms() as i64;
+        let now = crate::clock::now_ms() as i64;
         let (changes, mut settled) =
             run.pairing
                 .apply(&rebalanced.revoked, &rebalanced.assigned, now);

@@ -123,7 +123,7 @@ impl Running {
     /// A task starting at its committed points, its state spilling to this host's directory.
     fn start_task(&self, source: &Source, p: i32, start: [CommitPoint; 2]) -> PartitionTask {
         let mut task = PartitionTask::new(p, self.policy.clone(), start);
-        task.set_wall_clock(crate::admin::now_ms() as i64);
+        task.set_wall_clock(crate::clock::now_ms() as i64);
         // The consumer's cached end offsets may predate this assignment (kept from an earlier
         // one): the broker's answer now is the floor below which they are not trusted.
         task.set_end_offset_floors(source.end_offsets(p));
@@ -138,7 +138,7 @@ impl Host {
             config,
             registry,
             metrics: Arc::default(),
-            heartbeat_ms: Arc::new(AtomicU64::new(crate::admin::now_ms())),
+            heartbeat_ms: Arc::new(AtomicU64::new(crate::clock::now_ms())),
         }
     }
 
@@ -187,7 +187,7 @@ impl Host {
             }
             self.publish_metrics(&run, &mut workers, sink.acknowledged());
             self.heartbeat_ms
-                .store(crate::admin::now_ms(), Ordering::Relaxed);
+                .store(crate::clock::now_ms(), Ordering::Relaxed);
             if last_commit.elapsed() >= cfg.output.commit_interval() {
                 let outcome = source.commit(&mut || run.ahead.keep_alive(&source));
                 self.after_commit(outcome, &source, &mut sink, &mut run)?;

@@ -12,7 +12,7 @@ impl Host {
     /// Says once of each task whose lone half has waited for its pair longer than
     /// [`WAITING_REPORTED_AFTER`].
     pub(super) fn report_waiting(&self, run: &mut Running) {
-        let now = crate::admin::now_ms() as i64;
+        let now = crate::clock::now_ms() as i64;
         let (left, right) = (&self.config.join.left, &self.config.join.right);
         for (p, since) in run.pairing.waiting_since() {
             let waited_ms = now - since;

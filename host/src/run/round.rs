@@ -43,7 +43,7 @@ impl Host {
         started: Instant,
     ) -> Result<bool> {
         let now = started.elapsed().as_millis() as i64;
-        let wall_clock = crate::admin::now_ms() as i64;
+        let wall_clock = crate::clock::now_ms() as i64;
         let mut running = Vec::new();
         let state_budget = run.state_budget();
         let marks = run.marks();

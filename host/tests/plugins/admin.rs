@@ -25,7 +25,7 @@ fn call(state: &AdminState, method: &str, target: &str, auth: Option<&str>, body
             method,
             target,
             authorization: auth,
-            body: &mut || Ok(body.clone()),
+            body: Ok(body),
         },
         state,
     )
@@ -95,7 +95,7 @@ fn an_upload_the_server_cannot_read_gets_the_reader_s_status() {
             method: "PUT",
             target: "/plugins",
             authorization: None,
-            body: &mut || Err((413, "the upload is larger than 512 MiB".to_owned())),
+            body: Err((413, "the upload is larger than 512 MiB".to_owned())),
         },
         &s,
     );

@@ -221,7 +221,7 @@ fn an_upload_into_a_plugin_directory_is_kept_where_the_watch_and_a_restart_find_
             method: "PUT",
             target: "/plugins/noop-v2.wasm",
             authorization: None,
-            body: &mut || Ok(upload.clone()),
+            body: Ok(upload.clone()),
         },
         &state,
     );

@@ -1,19 +1,7 @@
 //! Shared by the host's test binaries and benchmarks (included with `#[path]`).
 
-use std::path::PathBuf;
-
-/// A built plugin; refuses to run (rather than skip) when the plugins were not built.
-pub fn plugin_path(file: &str) -> PathBuf {
-    let dir = std::env::var_os("COJOIN_TEST_PLUGINS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build/plugins"));
-    let path = dir.join(file);
-    assert!(
-        path.exists(),
-        "{path:?} is missing: run `make plugins` (or `make test`) first"
-    );
-    path
-}
+mod plugin_path;
+pub use plugin_path::plugin_path;
 
 /// An event whose value is exactly 100 bytes of JSON, as the plugin benchmarks call with.
 #[allow(dead_code)] // Used by the benchmarks, not by every test binary that includes this module.

@@ -90,7 +90,7 @@ fn serve(config: &AdminConfig, limits: Limits) -> (String, Arc<AtomicBool>) {
         Some(tls),
         stop.clone(),
         |r: Request<'_>| match r.method {
-            "PUT" => match (r.body)() {
+            "PUT" => match r.body {
                 Ok(b) => Reply::text(200, format!("{} bytes", b.len())),
                 Err((status, why)) => Reply::text(status, why),
             },
@@ -142,7 +142,8 @@ fn plain(addr: &str, request: &[u8]) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
+/// `Connection: close`: the helpers read an answer to its end.
+const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
 
 #[test]
 fn https_is_served_and_plain_http_on_its_port_is_not() {
@@ -153,12 +154,12 @@ fn https_is_served_and_plain_http_on_its_port_is_not() {
         health.starts_with("HTTP/1.1 200") && health.ends_with("healthy"),
         "{health}"
     );
-    // An upload: its body is read on the blocking pool, through the TLS stream.
+    // An upload: its body is read through the TLS stream.
     let upload = https(
         &addr,
         &pki.server_cert,
         None,
-        b"PUT /plugins HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+        b"PUT /plugins HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
     )
     .unwrap();
     assert!(upload.ends_with("5 bytes"), "{upload}");

@@ -1,3 +1,4 @@
+use super::writer::producer_config;
 use super::*;
 
 fn config(output: &str, options: &str) -> Config {

@@ -28,16 +28,19 @@ impl Unsought {
     }
 
     /// Tries each waiting seek again with `seek` (true when it succeeded); the partitions sought
-    /// now, to resume.
-    pub fn retry(&mut self, mut seek: impl FnMut(&str, i32, i64) -> bool) -> Vec<(String, i32)> {
-        let sought: Vec<(String, i32)> = self
+    /// now, to resume, with the offset they went back to.
+    pub fn retry(
+        &mut self,
+        mut seek: impl FnMut(&str, i32, i64) -> bool,
+    ) -> Vec<(String, i32, i64)> {
+        let sought: Vec<(String, i32, i64)> = self
             .waiting
             .iter()
             .filter(|((topic, p), offset)| seek(topic, *p, **offset))
-            .map(|(at, _)| at.clone())
+            .map(|((topic, p), offset)| (topic.clone(), *p, *offset))
             .collect();
-        for at in &sought {
-            self.waiting.remove(at);
+        for (topic, p, _) in &sought {
+            self.waiting.remove(&(topic.clone(), *p));
         }
         sought
     }
@@ -72,7 +75,7 @@ mod tests {
             "still held after a failed retry"
         );
         let sought = unsought.retry(|_, _, o| o == 120);
-        assert_eq!(sought, [("payments".to_owned(), 3)]);
+        assert_eq!(sought, [("payments".to_owned(), 3, 120)]);
         assert!(!unsought.holds("payments", 3));
         assert_eq!(tried, [("payments".to_owned(), 3, 120)]);
     }

@@ -66,9 +66,15 @@ mod tests {
         remembered.insert("out-2".into(), "too large".into(), start);
         assert_eq!(remembered.meet("out-3", start), None);
         // Met twice (the first replay aborted for another reason): still remembered.
-        assert_eq!(remembered.meet("out-1", start).as_deref(), Some("too large"));
+        assert_eq!(
+            remembered.meet("out-1", start).as_deref(),
+            Some("too large")
+        );
         let later = start + FORGET_AFTER - Duration::from_secs(1);
-        assert_eq!(remembered.meet("out-1", later).as_deref(), Some("too large"));
+        assert_eq!(
+            remembered.meet("out-1", later).as_deref(),
+            Some("too large")
+        );
         // Meeting renews the hour: out-1 outlives out-2, which no replay met.
         remembered.insert("out-4".into(), "refused".into(), start + FORGET_AFTER);
         assert_eq!(remembered.meet("out-2", start + FORGET_AFTER), None);

@@ -1,0 +1,172 @@
+//! Commit points: where a new task starts (read back from the group), what the tasks publish as
+//! they go, and committing that — through the consumer, or exactly-once through the open
+//! transaction — with each commit's or transaction's outcome counted and logged. The revoke
+//! callback ([`super::rebalance`]) commits with the same helpers.
+
+use std::collections::HashMap;
+
+use anyhow::{Context as _, Result};
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::rebalance::lock;
+use super::{Source, TIMEOUT};
+use crate::join::CommitPoint;
+use crate::kafka::transaction::{KeepAlive, Outcome};
+use crate::metrics::Metrics;
+use crate::report::Happened;
+
+/// Counts and logs a transaction's outcome.
+pub(super) fn report_transaction(metrics: &Metrics, outcome: &Outcome, on_revoke: bool) {
+    match outcome {
+        Outcome::Committed { took } => Happened::TransactionCommitted {
+            took: *took,
+            on_revoke,
+        }
+        .emit(metrics),
+        Outcome::Aborted(why) => Happened::TransactionAborted { why }.emit(metrics),
+        Outcome::Nothing | Outcome::Fatal(_) => {}
+    }
+}
+
+/// Counts and logs a commit's outcome. Every commit is synchronous, so its outcome is known
+/// where it is made: librdkafka reports the outcome of an asynchronous manual commit to no one
+/// unless an `offset_commit_cb` is configured, which rdkafka's event-based consumer does not do.
+pub(super) fn report_commit(
+    metrics: &Metrics,
+    result: rdkafka::error::KafkaResult<()>,
+    on_revoke: bool,
+    partitions: usize,
+) {
+    match result {
+        Ok(()) => Happened::Committed {
+            partitions,
+            on_revoke,
+        }
+        .emit(metrics),
+        // Nothing new to commit since the last one: not a failure.
+        Err(rdkafka::error::KafkaError::ConsumerCommit(
+            rdkafka::types::RDKafkaErrorCode::NoOffset,
+        )) => {}
+        Err(e) => Happened::CommitFailed {
+            partitions,
+            on_revoke,
+            error: &e,
+        }
+        .emit(metrics),
+    }
+}
+
+pub(super) fn commit_list(
+    points: impl IntoIterator<Item = ((String, i32), CommitPoint)>,
+) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), point) in points {
+        let mut elem = tpl.add_partition(&topic, partition);
+        let _ = elem.set_offset(Offset::Offset(point.offset));
+        elem.set_metadata(point.metadata());
+    }
+    tpl
+}
+
+impl Source {
+    /// The committed points of partition p of both topics, for each p in `tasks`: where a new
+    /// task starts (offset 0 and nothing processed when nothing was committed).
+    pub fn committed(&self, tasks: &[i32]) -> Result<HashMap<i32, [CommitPoint; 2]>> {
+        let mut wanted = TopicPartitionList::new();
+        for &p in tasks {
+            for topic in &self.topics {
+                wanted.add_partition(topic, p);
+            }
+        }
+        let committed = self
+            .consumer
+            .committed_offsets(wanted, TIMEOUT)
+            .context("reading committed offsets of the new tasks")?;
+        let mut starts: HashMap<i32, [CommitPoint; 2]> = tasks
+            .iter()
+            .map(|&p| (p, [CommitPoint::new(0, [], None); 2]))
+            .collect();
+        for e in committed.elements() {
+            let offset = match e.offset() {
+                Offset::Offset(o) => o,
+                _ => 0,
+            };
+            let side = usize::from(e.topic() != &*self.topics[0]);
+            if let Some(start) = starts.get_mut(&e.partition()) {
+                start[side] = CommitPoint {
+                    offset,
+                    processed_through: CommitPoint::parse_metadata(e.metadata()),
+                };
+            }
+        }
+        Ok(starts)
+    }
+
+    /// Records what task p would commit now for the left and the right partition; the next
+    /// [`Source::commit`] (or a revoke) commits it.
+    pub fn publish(&self, p: i32, points: [CommitPoint; 2]) {
+        let mut s = lock(&self.shared);
+        for (topic, point) in self.topics.iter().zip(points) {
+            s.points.insert((topic.to_string(), p), point);
+        }
+    }
+
+    /// Commits every published point and waits for the broker's answer (a round trip a
+    /// second; Kafka Streams commits synchronously too). A failure is logged and counted: the
+    /// next commit retries, and a restart would replay more.
+    ///
+    /// Exactly-once: commits the open transaction with the points instead, and returns how it
+    /// ended — also when a revoke callback's commit failed since the last call. `Aborted` means
+    /// the tasks must go back to their last committed points; `Fatal`, that this host may not
+    /// produce again.
+    ///
+    /// While it waits on the broker, `keep_alive` polls the consumer (and exactly-once marks the
+    /// transaction as waiting: see `Shared::doomed`).
+    pub fn commit(&self, keep_alive: KeepAlive<'_>) -> Outcome {
+        let points: Vec<_> = {
+            let s = lock(&self.shared);
+            s.points.iter().map(|(k, v)| (k.clone(), *v)).collect()
+        };
+        let Some(txn) = &self.transactions else {
+            if points.is_empty() {
+                return Outcome::Nothing;
+            }
+            let count = points.len();
+            let result = self.consumer.commit(&commit_list(points), CommitMode::Sync);
+            report_commit(&self.metrics, result, false, count);
+            return Outcome::Nothing;
+        };
+        if let Some(failed) = lock(&self.shared).transaction_failed.take() {
+            return failed;
+        }
+        let _waiting = txn.waiting();
+        let doomed = lock(&self.shared).doomed.take();
+        if let Some(why) = doomed {
+            let outcome = txn.abort(&why, keep_alive);
+            report_transaction(&self.metrics, &outcome, false);
+            return outcome;
+        }
+        let unchanged = {
+            let s = lock(&self.shared);
+            points.len() == s.committed.len()
+                && points.iter().all(|(k, v)| s.committed.get(k) == Some(v))
+        };
+        if unchanged && !txn.is_open() {
+            return Outcome::Nothing;
+        }
+        let outcome = match self.consumer.group_metadata() {
+            Some(group) => txn.commit(&commit_list(points.iter().cloned()), &group, keep_alive),
+            None => txn.abort("no consumer group metadata to commit with", keep_alive),
+        };
+        if let Outcome::Committed { .. } = outcome {
+            let mut s = lock(&self.shared);
+            s.committed = points.into_iter().collect();
+            // Partitions revoked meanwhile had their points in this transaction: nothing of
+            // theirs is left open.
+            s.doomed = None;
+        }
+        report_transaction(&self.metrics, &outcome, false);
+        outcome
+    }
+}

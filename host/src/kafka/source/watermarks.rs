@@ -1,0 +1,58 @@
+//! Watermarks: the end offsets of a task's partitions, asked of the broker or as the consumer
+//! last saw them in a fetch response, and how far the consumer's positions lag behind them.
+
+use std::collections::HashMap;
+
+use rdkafka::consumer::Consumer;
+use rdkafka::Offset;
+
+use super::{Source, TIMEOUT};
+
+impl Source {
+    /// End offsets of partition p of both topics as the broker reports them now (0 when it does
+    /// not answer: the first fetch will tell).
+    pub fn end_offsets(&self, p: i32) -> [i64; 2] {
+        [0, 1].map(|i| {
+            let topic = &self.topics[i];
+            match self.consumer.fetch_watermarks(topic, p, TIMEOUT) {
+                Ok((_, high)) => high,
+                Err(e) => {
+                    tracing::warn!(
+                        topic = &**topic,
+                        partition = p,
+                        "end offset not known until the first fetch: {e}"
+                    );
+                    0
+                }
+            }
+        })
+    }
+
+    /// End offsets of partition p of both topics as the consumer last saw them in a fetch
+    /// response (no broker round trip).
+    pub fn cached_end_offsets(&self, p: i32) -> [Option<i64>; 2] {
+        [0, 1].map(|i| self.cached_high_watermark(&self.topics[i], p))
+    }
+
+    fn cached_high_watermark(&self, topic: &str, p: i32) -> Option<i64> {
+        crate::kafka::client::cached_watermarks(&self.consumer, topic, p).map(|(_, high)| high)
+    }
+
+    /// Records behind the high watermark per task and side, from the cached watermarks and the
+    /// consumer's positions.
+    pub fn lag(&self, tasks: impl Iterator<Item = i32>) -> HashMap<i32, [Option<i64>; 2]> {
+        let Ok(positions) = self.consumer.position() else {
+            return HashMap::new();
+        };
+        let lag = |topic: &str, p: i32| -> Option<i64> {
+            let high = self.cached_high_watermark(topic, p)?;
+            match positions.find_partition(topic, p)?.offset() {
+                Offset::Offset(pos) => Some((high - pos).max(0)),
+                _ => None,
+            }
+        };
+        tasks
+            .map(|p| (p, [lag(&self.topics[0], p), lag(&self.topics[1], p)]))
+            .collect()
+    }
+}
