@@ -25,7 +25,7 @@ pub struct CheckReport {
     pub problems: Vec<String>,
 }
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+use crate::kafka::timeouts::REQUEST as TIMEOUT;
 
 /// Reads up to `per_topic` keyed records from the start of each topic (all partitions).
 /// No record for this long: the sampled topic has been read to its end.

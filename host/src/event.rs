@@ -13,6 +13,14 @@ pub enum Side {
 }
 
 impl Side {
+    /// 0 for the left side, 1 for the right: where a side's entry sits in a pair.
+    pub fn index(self) -> usize {
+        match self {
+            Side::Left => 0,
+            Side::Right => 1,
+        }
+    }
+
     pub fn opposite(self) -> Side {
         match self {
             Side::Left => Side::Right,

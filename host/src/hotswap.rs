@@ -2,8 +2,9 @@
 //! `PUT /plugins`. Both go through [`swap_recorded`], so the metrics count every swap and refusal
 //! the same way, and a refused version never replaces the running one.
 
+use crate::stoppable::StoppableThread;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -91,10 +92,7 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 /// Polls the plugin path; a change that then stays unchanged for `debounce` is swapped in.
 /// Polling (not inotify) sees writes in place and renames alike, on every filesystem.
-pub struct FileWatch {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+pub struct FileWatch(#[allow(dead_code)] StoppableThread);
 
 impl FileWatch {
     pub fn start(
@@ -104,61 +102,43 @@ impl FileWatch {
         poll: Duration,
         debounce: Duration,
     ) -> FileWatch {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("plugin-watch".into())
-            .spawn(move || {
-                let mut seen = stamp(&path);
-                // A change waits here until it has been stable for `debounce`.
-                let mut pending: Option<(Stamp, std::time::Instant)> = None;
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(poll);
-                    let now = stamp(&path);
-                    if now == seen {
-                        pending = None;
-                        continue;
-                    }
-                    let Some(now) = now else { continue };
-                    match &pending {
-                        Some((p, since)) if *p == now => {
-                            if since.elapsed() >= debounce {
-                                match std::fs::read(&now.file) {
-                                    Ok(bytes) => {
-                                        let source = now.file.display().to_string();
-                                        let name = crate::plugin::plugin_name(&now.file);
-                                        let _ = swap_recorded(
-                                            &registry, &metrics, &bytes, &name, &source,
-                                        );
-                                    }
-                                    Err(e) => tracing::error!(
-                                        "cannot read plugin file {:?}: {e}",
-                                        now.file
-                                    ),
-                                }
-                                // Refused or not, this stamp is dealt with; the next write retries.
-                                seen = Some(now);
-                                pending = None;
-                            }
-                        }
-                        _ => pending = Some((now, std::time::Instant::now())),
-                    }
+        let thread = StoppableThread::spawn("plugin-watch", move |flag| {
+            let mut seen = stamp(&path);
+            // A change waits here until it has been stable for `debounce`.
+            let mut pending: Option<(Stamp, std::time::Instant)> = None;
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(poll);
+                let now = stamp(&path);
+                if now == seen {
+                    pending = None;
+                    continue;
                 }
-            })
-            .expect("spawning the plugin watcher");
-        FileWatch {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for FileWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+                let Some(now) = now else { continue };
+                match &pending {
+                    Some((p, since)) if *p == now => {
+                        if since.elapsed() >= debounce {
+                            match std::fs::read(&now.file) {
+                                Ok(bytes) => {
+                                    let source = now.file.display().to_string();
+                                    let name = crate::plugin::plugin_name(&now.file);
+                                    let _ =
+                                        swap_recorded(&registry, &metrics, &bytes, &name, &source);
+                                }
+                                Err(e) => {
+                                    tracing::error!("cannot read plugin file {:?}: {e}", now.file)
+                                }
+                            }
+                            // Refused or not, this stamp is dealt with; the next write retries.
+                            seen = Some(now);
+                            pending = None;
+                        }
+                    }
+                    _ => pending = Some((now, std::time::Instant::now())),
+                }
+            }
+        })
+        .expect("spawning the plugin watcher");
+        FileWatch(thread)
     }
 }
 

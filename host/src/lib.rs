@@ -29,6 +29,7 @@
 //!   the Kafka sink; the plugin as a task's action.
 //! - [`secret`]: passwords and tokens in the config, inline or from the environment or a file,
 //!   never printed. Pure but for reading that variable or file.
+//! - [`stoppable`]: a background thread told to stop and joined when dropped.
 //! - [`task`]: `PartitionTask`, one co-partitioned task: join core + an action, emitting what to
 //!   produce and what to commit. Pure; the plugin is behind its `Action` trait.
 //! - [`wiring`]: the config turned into task policies and plugin limits.
@@ -53,5 +54,6 @@ pub mod replay;
 pub mod report;
 pub mod run;
 pub mod secret;
+pub mod stoppable;
 pub mod task;
 pub mod wiring;

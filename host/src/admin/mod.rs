@@ -12,6 +12,7 @@ pub mod server;
 pub mod tls;
 mod upload;
 
+use crate::stoppable::StoppableThread;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -69,8 +70,7 @@ pub struct Request<'a> {
 pub struct AdminServer {
     pub addr: SocketAddr,
     https: bool,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _thread: StoppableThread,
 }
 
 pub use crate::clock::now_ms;
@@ -106,23 +106,13 @@ impl AdminServer {
         Ok(AdminServer {
             addr,
             https,
-            stop,
-            thread: Some(thread),
+            _thread: StoppableThread::adopt("admin server", stop, thread),
         })
     }
 
     pub fn url(&self) -> String {
         let scheme = if self.https { "https" } else { "http" };
         format!("{scheme}://{}", self.addr)
-    }
-}
-
-impl Drop for AdminServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -84,13 +84,6 @@ pub struct TaskQueue {
     peak_bytes: usize,
 }
 
-fn ix(side: Side) -> usize {
-    match side {
-        Side::Left => 0,
-        Side::Right => 1,
-    }
-}
-
 impl TaskQueue {
     pub fn new(max_idle_ms: i64) -> Self {
         TaskQueue {
@@ -111,12 +104,12 @@ impl TaskQueue {
 
     /// Bytes of `side`'s queued events ([`Event::footprint`]).
     pub fn bytes(&self, side: Side) -> usize {
-        self.bytes[ix(side)]
+        self.bytes[side.index()]
     }
 
     /// Marks `side` as paused for backpressure, or not: an empty paused side is waited for.
     pub fn set_paused(&mut self, side: Side, paused: bool) {
-        self.paused[ix(side)] = paused;
+        self.paused[side.index()] = paused;
     }
 
     /// The most bytes both sides held at once so far.
@@ -125,32 +118,32 @@ impl TaskQueue {
     }
 
     pub fn is_paused(&self, side: Side) -> bool {
-        self.paused[ix(side)]
+        self.paused[side.index()]
     }
 
     /// Declares that records of `side` up to `offset` (inclusive) were processed by a previous
     /// owner and that consumption restarts at `start`.
     pub fn set_replay(&mut self, side: Side, start: i64, through: Option<i64>) {
-        self.next_offset[ix(side)] = Some(start);
-        self.replay_through[ix(side)] = through.filter(|&t| t >= start);
+        self.next_offset[side.index()] = Some(start);
+        self.replay_through[side.index()] = through.filter(|&t| t >= start);
     }
 
     /// Whether `event` of `side` is replay (already processed by a previous owner).
     pub fn is_replay(&self, side: Side, offset: i64) -> bool {
-        self.replay_through[ix(side)].is_some_and(|t| offset <= t)
+        self.replay_through[side.index()].is_some_and(|t| offset <= t)
     }
 
     /// The end offset the broker reported when the task was assigned. The consumer's cached end
     /// offsets can predate the assignment (kept from an earlier one); a report below this floor is
     /// such a stale one and counts as unknown.
     pub fn set_end_offset_floor(&mut self, side: Side, floor: i64) {
-        self.end_floor[ix(side)] = floor;
+        self.end_floor[side.index()] = floor;
     }
 
     /// The end offset (high watermark) of `side`'s partition as the consumer last saw it in a
     /// fetch response; `None` while it has seen none.
     pub fn set_end_offset(&mut self, side: Side, end: Option<i64>) {
-        let i = ix(side);
+        let i = side.index();
         self.end_offset[i] = match end.filter(|&e| e >= self.end_floor[i]) {
             Some(e) => EndOffset::Known(e),
             None => EndOffset::Unknown,
@@ -159,7 +152,7 @@ impl TaskQueue {
 
     /// Whether `side` may have records on the broker that have not been pushed yet.
     fn has_backlog(&self, side: Side) -> bool {
-        let i = ix(side);
+        let i = side.index();
         let next = self.next_offset[i];
         let backlog = match (self.end_offset[i], next) {
             (EndOffset::Untracked, _) => false,
@@ -176,9 +169,9 @@ impl TaskQueue {
     /// Buffers a record; [`TaskQueue::next_record`] hands it back with its admission.
     pub fn push_admitted(&mut self, side: Side, event: Event, admission: Admission) {
         // Saturating: a recording (`plugin test`) may give any offset, i64::MAX too.
-        self.next_offset[ix(side)] = Some(event.offset.saturating_add(1));
+        self.next_offset[side.index()] = Some(event.offset.saturating_add(1));
         let bytes = event.footprint();
-        self.bytes[ix(side)] += bytes;
+        self.bytes[side.index()] += bytes;
         self.peak_bytes = self.peak_bytes.max(self.bytes[0] + self.bytes[1]);
         self.queue(side).push_back(Queued {
             event,
@@ -216,7 +209,10 @@ impl TaskQueue {
 
     /// Replay records of `side` that have not been pushed yet.
     fn replay_outstanding(&self, side: Side) -> bool {
-        match (self.replay_through[ix(side)], self.next_offset[ix(side)]) {
+        match (
+            self.replay_through[side.index()],
+            self.next_offset[side.index()],
+        ) {
             (Some(through), Some(next)) => next <= through,
             _ => false,
         }
@@ -241,7 +237,7 @@ impl TaskQueue {
             .queue(side)
             .pop_front()
             .expect("chosen side is non-empty");
-        self.bytes[ix(side)] -= q.bytes;
+        self.bytes[side.index()] -= q.bytes;
         Some((side, q.event, q.admission))
     }
 
@@ -286,7 +282,7 @@ impl TaskQueue {
                 } else {
                     (Side::Left, Side::Right)
                 };
-                if self.paused[ix(empty)] {
+                if self.paused[empty.index()] {
                     // Its records are on the broker, not absent: wait, without a timeout.
                     self.idle_since = None;
                     return None;
@@ -297,7 +293,7 @@ impl TaskQueue {
                         return None;
                     }
                     // Give up on this backlog until the side moves on (`None`: nothing fetched).
-                    self.backlog_given_up_at[ix(empty)] = self.next_offset[ix(empty)];
+                    self.backlog_given_up_at[empty.index()] = self.next_offset[empty.index()];
                 }
                 (waited >= self.max_idle_ms).then_some(side)
             }

@@ -161,7 +161,7 @@ impl Needs {
     ) -> impl Iterator<Item = (Side, i64)> {
         let [own, partner] = [self.own, self.partner];
         [Side::Left, Side::Right].into_iter().flat_map(move |side| {
-            let i = side_ix(side);
+            let i = side.index();
             let own = (own[i] != i64::MAX).then_some((side, own[i]));
             let partner = (partner[i] != i64::MAX && partner_needed(side))
                 .then_some((side.opposite(), partner[i]));
@@ -170,18 +170,11 @@ impl Needs {
     }
 
     fn add(&mut self, side: Side, offset: i64, partner_offset: i64) {
-        let i = side_ix(side);
+        let i = side.index();
         self.own[i] = self.own[i].min(offset);
         if partner_offset != UNMATCHED {
             self.partner[i] = self.partner[i].min(partner_offset);
         }
-    }
-}
-
-fn side_ix(side: Side) -> usize {
-    match side {
-        Side::Left => 0,
-        Side::Right => 1,
     }
 }
 
@@ -453,7 +446,7 @@ impl EventStore {
         let (ix, _) = self.split(h);
         let segment = &self.segments[ix];
         let mut needs = segment.needs.get();
-        let i = side_ix(head.side);
+        let i = head.side.index();
         needs.partner[i] = needs.partner[i].min(offset);
         segment.needs.set(needs);
         if head.partner_offset != UNMATCHED {

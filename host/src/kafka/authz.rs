@@ -21,7 +21,7 @@ use rdkafka::types::RDKafkaErrorCode as Code;
 use crate::acl::{Operation, Permission, Resource};
 use crate::config::Config;
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+use super::timeouts::REQUEST as TIMEOUT;
 
 /// What the broker said of one permission.
 #[derive(Debug)]

@@ -192,7 +192,7 @@ pub fn topic_partitions<C: rdkafka::consumer::ConsumerContext>(
     let metadata = rdkafka::consumer::Consumer::fetch_metadata(
         consumer,
         Some(topic),
-        std::time::Duration::from_secs(10),
+        super::timeouts::REQUEST,
     )
     .with_context(|| {
         format!("reading metadata of topic {topic:?} (is kafka.bootstrap_servers right?)")

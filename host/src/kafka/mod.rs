@@ -18,5 +18,6 @@ pub mod quiet;
 pub mod repartitioner;
 pub mod sink;
 pub mod source;
+pub mod timeouts;
 pub mod tls;
 pub mod transaction;

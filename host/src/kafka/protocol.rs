@@ -4,7 +4,6 @@
 //! The choice is pure ([`choose`]); asking the broker is [`broker_protocols`].
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
@@ -13,7 +12,7 @@ use rdkafka::ClientConfig;
 
 use crate::config::{GroupProtocol, CLASSIC_ONLY_OPTIONS};
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+use super::timeouts::REQUEST as TIMEOUT;
 
 /// The protocol a host runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

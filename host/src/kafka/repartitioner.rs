@@ -38,10 +38,10 @@
 //! [`refusals`] and [`unsought`] are the pure bookkeeping of records refused and partitions that
 //! could not be sought back.
 
+use crate::stoppable::StoppableThread;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -68,13 +68,11 @@ use writer::{Fate, Writer};
 
 /// How often records the join has committed past are deleted from the internal topics.
 pub const TRUNCATE_EVERY: Duration = Duration::from_secs(10);
-const TIMEOUT: Duration = Duration::from_secs(30);
+use super::timeouts::COORDINATED as TIMEOUT;
 
 /// The running step, until dropped.
-pub struct Repartitioner {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
+/// Dropping it finishes the batch in hand (written and committed) and leaves its group.
+pub struct Repartitioner(StoppableThread);
 
 impl Repartitioner {
     /// Creates the internal topics (or checks the partition counts of those that exist), waits
@@ -115,55 +113,16 @@ impl Repartitioner {
                 side.why
             );
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("cojoin-repartition".into())
-            .spawn(move || step.run(&flag))
+        let thread = StoppableThread::spawn("cojoin-repartition", move |stop| step.run(stop))
             .context("starting the repartition thread")?;
-        Ok(Repartitioner {
-            stop,
-            thread: Some(thread),
-        })
+        Ok(Repartitioner(thread))
     }
 
     /// Why the step's thread ended, when it ended without being told to (a panic): the join
     /// would wait for ever on internal topics that no longer fill, so the host must stop. The
     /// run loop asks once per round.
     pub fn stopped(&mut self) -> Option<String> {
-        let running = self.thread.as_ref()?;
-        if !running.is_finished() || self.stop.load(Ordering::SeqCst) {
-            return None;
-        }
-        let thread = self.thread.take()?;
-        Some(match thread.join() {
-            Ok(()) => "its thread returned".to_owned(),
-            Err(panic) => format!("its thread panicked: {}", panic_message(&*panic)),
-        })
-    }
-}
-
-/// What a panic said.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(s), _) => (*s).to_owned(),
-        (_, Some(s)) => s.clone(),
-        _ => "(no message)".to_owned(),
-    }
-}
-
-/// Dropping the step finishes the batch in hand (written and committed) and leaves its group.
-impl Drop for Repartitioner {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            if let Err(panic) = t.join() {
-                tracing::error!(
-                    "the repartition step's thread panicked: {}",
-                    panic_message(&*panic)
-                );
-            }
-        }
+        self.0.ended_unasked()
     }
 }
 

@@ -43,7 +43,7 @@ use rebalance::{RebalanceContext, Shared};
 
 pub use rebalance::Rebalanced;
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+use super::timeouts::REQUEST as TIMEOUT;
 
 /// A consumed record, as a task takes it.
 pub struct Record {

@@ -4,7 +4,6 @@
 //! does not tell which TLS version it negotiated). Secrets are read, never printed.
 
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use openssl::pkey::PKey;
@@ -13,7 +12,7 @@ use openssl::x509::X509;
 
 use crate::secret::Options;
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+use super::timeouts::REQUEST as TIMEOUT;
 
 /// One line: "connected with SASL_SSL, mechanism SCRAM-SHA-512 as user cojoin; TLSv1.3 (…)".
 pub fn connection_report(bootstrap: &str, options: &Options) -> String {

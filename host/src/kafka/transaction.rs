@@ -17,7 +17,7 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 use rdkafka::TopicPartitionList;
 
-const TIMEOUT: Duration = Duration::from_secs(30);
+use super::timeouts::COORDINATED as TIMEOUT;
 /// A transactional call waits on the broker in steps this long, the consumer polled between them
 /// (librdkafka leaves the group when it is not polled for `max.poll.interval.ms`).
 const STEP: Duration = Duration::from_millis(500);

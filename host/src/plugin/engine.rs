@@ -1,10 +1,10 @@
 //! The one wasmtime `Engine` of a host, its linker (WASI p2 + `cojoin:plugin/host`), the compile
 //! caches (whole components, and functions), and the epoch ticker that enforces call deadlines.
 
+use crate::stoppable::StoppableThread;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -170,36 +170,18 @@ fn check_header(plugin: &str, bytes: &[u8]) -> Result<(), LoadError> {
 }
 
 /// Advances the engine's epoch every tick; stops and joins when dropped.
-struct EpochTicker {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
+struct EpochTicker(#[allow(dead_code)] StoppableThread);
 
 impl EpochTicker {
     fn start(engine: Engine, tick: Duration) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("cojoin-epoch".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
+        EpochTicker(
+            StoppableThread::spawn("cojoin-epoch", move |stop| {
+                while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
                     engine.increment_epoch();
                 }
             })
-            .expect("spawning the epoch ticker thread");
-        EpochTicker {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for EpochTicker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+            .expect("spawning the epoch ticker thread"),
+        )
     }
 }

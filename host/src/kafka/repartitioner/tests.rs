@@ -50,10 +50,9 @@ fn the_step_s_producer_defaults_give_way_to_the_user_s_options() {
 
 #[test]
 fn a_step_whose_thread_panicked_is_reported_with_the_panic_and_one_told_to_stop_is_not() {
-    let mut step = Repartitioner {
-        stop: Arc::new(AtomicBool::new(false)),
-        thread: Some(std::thread::spawn(|| panic!("a queue was empty"))),
-    };
+    let mut step = Repartitioner(
+        StoppableThread::spawn("test-step", |_| panic!("a queue was empty")).unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     let why = loop {
         if let Some(why) = step.stopped() {
@@ -66,10 +65,11 @@ fn a_step_whose_thread_panicked_is_reported_with_the_panic_and_one_told_to_stop_
         std::thread::sleep(Duration::from_millis(10));
     };
     assert_eq!(why, "its thread panicked: a queue was empty");
-    let mut told = Repartitioner {
-        stop: Arc::new(AtomicBool::new(true)),
-        thread: Some(std::thread::spawn(|| {})),
-    };
+    let mut told = Repartitioner(StoppableThread::adopt(
+        "test-step",
+        Arc::new(AtomicBool::new(true)),
+        std::thread::spawn(|| {}),
+    ));
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(told.stopped(), None);
 }

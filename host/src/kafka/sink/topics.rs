@@ -9,8 +9,7 @@ use rdkafka::ClientContext;
 
 use super::Deliveries;
 
-/// How long a metadata request may take.
-const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::kafka::timeouts::SINK_METADATA as METADATA_TIMEOUT;
 /// A topic found missing is looked up again after this long (someone may have created it).
 const RECHECK_MISSING: Duration = Duration::from_secs(10);
 

@@ -1,0 +1,58 @@
+//! What one `run` hands the I/O layer: the records to produce and dead letters ([`Emit`]), in a
+//! [`Batch`] that also carries how far the run got, so that its records count as processed only
+//! once the batch is acknowledged.
+
+use std::sync::Arc;
+
+use super::DeadLetter;
+use crate::event::{Event, OutputRecord, Side};
+
+/// Something to produce.
+#[derive(Clone, Debug)]
+pub enum Emit {
+    /// A plugin record (`topic: None` goes to the default output topic) and the inputs it was
+    /// made from, dead-lettered if the record cannot be produced.
+    Output {
+        record: OutputRecord,
+        inputs: Vec<Arc<Event>>,
+    },
+    DeadLetter(DeadLetter),
+}
+
+/// What one `run` produced; acknowledge it once every emit is durable.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub emits: Vec<Emit>,
+    pub(super) through: [Option<i64>; 2],
+    /// What the emits take in memory, about (their records and input events).
+    pub(super) bytes: usize,
+    /// The run stopped at its budget: the task may have more records to take now.
+    pub(super) full: bool,
+    /// The (side, offset) of the events of each outcome acted on, for a task that parks: what it
+    /// holds back must stay readable after a restart.
+    pub(super) sources: Vec<(Side, i64)>,
+}
+
+impl Batch {
+    pub fn is_full(&self) -> bool {
+        self.full
+    }
+
+    pub(super) fn push(&mut self, emit: Emit) {
+        let inputs = match &emit {
+            Emit::Output { record, inputs } => {
+                self.bytes += record.key.as_ref().map_or(0, Vec::len)
+                    + record.value.as_ref().map_or(0, Vec::len)
+                    + record
+                        .headers
+                        .iter()
+                        .map(|h| h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+                        .sum::<usize>();
+                inputs
+            }
+            Emit::DeadLetter(d) => &d.inputs,
+        };
+        self.bytes += inputs.iter().map(|e| e.footprint()).sum::<usize>();
+        self.emits.push(emit);
+    }
+}
