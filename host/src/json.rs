@@ -1,4 +1,6 @@
-//! The JSON forms of events and output records used on the command line (`cojoin plugin call`).
+//! The JSON forms of events and output records used on the command line: the event files of
+//! `cojoin plugin call`, the recorded streams of `cojoin plugin test` (one event per line) and
+//! the outputs and dead letters both print.
 //!
 //! An event file looks like
 //! `{"topic": "orders", "partition": 0, "offset": 7, "timestamp": 1700000000000, "key": "o-1",

@@ -4,11 +4,12 @@
 //! offset commit, a consumer error, a delivery sent again, a plugin swapped or refused — is a
 //! [`Happened`], emitted once where it happens. [`Happened::emit`] writes its log line and bumps
 //! its counter side by side, in one match, so a log line and its count cannot drift apart (as
-//! vector's internal events do).
+//! vector's internal events do). The counters are prometheus-client's (metrics.rs): an update is
+//! an atomic add, no lock.
 //!
 //! Per-record and per-call counts (matches, expiries, late records, dead-letter decisions, call
-//! latencies) are not here: the tasks and plugin workers count those without a lock, and the run
-//! loop publishes them once per round (metrics.rs). They are not logged one by one either, except
+//! latencies) are not here: the tasks and plugin workers count those without a lock or an atomic,
+//! and the run loop adds them to the metrics once per round (run/publish.rs). They are not logged one by one either, except
 //! a failure, which is logged where it is decided, with the record it concerns.
 //!
 //! Log lines go to the `cojoin::report` target, at info unless something went wrong, so the
@@ -159,7 +160,7 @@ impl Happened<'_> {
                 tracing::info!(target: "cojoin::report", left, right, partitions, group, "joining the group");
             }
             GroupProtocol { protocol, why } => {
-                metrics.update(|m| m.group_protocol = Some(protocol));
+                metrics.set_group_protocol(protocol);
                 tracing::info!(target: "cojoin::report", "group protocol {protocol}: {why}");
             }
             PermissionsChecked { granted, unknown } => {
@@ -174,10 +175,10 @@ impl Happened<'_> {
                     added_left = ?added[0], added_right = ?added[1], "assignment");
             }
             RebalanceDone { took_ms, tasks } => {
-                metrics.update(|m| {
-                    m.rebalances += 1;
-                    m.rebalance_seconds += took_ms as f64 / 1000.0;
-                });
+                metrics.rebalances.inc();
+                metrics
+                    .rebalance_seconds
+                    .inc_by(took_ms.max(0) as f64 / 1000.0);
                 tracing::info!(target: "cojoin::report", took_ms, tasks, "rebalance done: every held partition has its pair");
             }
             TaskAssigned {
@@ -185,13 +186,13 @@ impl Happened<'_> {
                 start,
                 waited_ms,
             } => {
-                metrics.update(|m| {
-                    m.tasks_assigned += 1;
-                    if let Some(waited) = waited_ms {
-                        m.pair_waits += 1;
-                        m.pair_wait_seconds += waited as f64 / 1000.0;
-                    }
-                });
+                metrics.tasks_assigned.inc();
+                if let Some(waited) = waited_ms {
+                    metrics.pair_waits.inc();
+                    metrics
+                        .pair_wait_seconds
+                        .inc_by(waited.max(0) as f64 / 1000.0);
+                }
                 tracing::info!(target: "cojoin::report", task,
                     left_offset = start[0].offset, right_offset = start[1].offset,
                     left_processed_through = ?start[0].processed_through,
@@ -209,7 +210,7 @@ impl Happened<'_> {
                     "task {task}: this host holds one of {left}-{task} and {right}-{task} without the other; that half stays paused until the group moves the other here or the first away (if it lasts, check that every member of the group runs the same join)");
             }
             TaskRevoked { task } => {
-                metrics.update(|m| m.tasks_revoked += 1);
+                metrics.tasks_revoked.inc();
                 tracing::info!(target: "cojoin::report", task, "task revoked; its state is dropped");
             }
             TaskHalted {
@@ -218,7 +219,7 @@ impl Happened<'_> {
                 left,
                 right,
             } => {
-                metrics.update(|m| m.tasks_halted += 1);
+                metrics.tasks_halted.inc();
                 tracing::error!(target: "cojoin::report", task, "{reason}; pausing partition {task} of {left} and {right}");
             }
             QueueFull {
@@ -248,7 +249,7 @@ impl Happened<'_> {
                 partitions,
                 on_revoke,
             } => {
-                metrics.update(|m| m.commits += 1);
+                metrics.commits.inc();
                 tracing::debug!(target: "cojoin::report", partitions, on_revoke, "committed");
             }
             CommitFailed {
@@ -256,36 +257,33 @@ impl Happened<'_> {
                 on_revoke,
                 error,
             } => {
-                metrics.update(|m| m.commit_failures += 1);
+                metrics.commit_failures.inc();
                 tracing::warn!(target: "cojoin::report", partitions, on_revoke,
                     "commit failed (the next one retries; a restart would replay more): {error}");
             }
             TransactionCommitted { took, on_revoke } => {
                 // A transaction commits the input offsets too: it is the commit under
-                // exactly-once, counted in cojoin_commits_total as in at-least-once.
-                metrics.update(|m| {
-                    m.commits += 1;
-                    m.transactions_committed += 1;
-                    m.transaction_commit_seconds += took.as_secs_f64();
-                });
+                // exactly-once, counted in cojoin_commits_total as in at-least-once (first, so
+                // that a scrape never sees more transactions committed than commits).
+                metrics.commits.inc();
+                metrics.transactions_committed.inc();
+                metrics
+                    .transaction_commit_seconds
+                    .inc_by(took.as_secs_f64());
                 tracing::debug!(target: "cojoin::report", took_ms = took.as_millis() as u64, on_revoke, "transaction committed");
             }
             TransactionAborted { why } => {
-                metrics.update(|m| {
-                    m.commit_failures += 1;
-                    m.transactions_aborted += 1;
-                });
+                metrics.commit_failures.inc();
+                metrics.transactions_aborted.inc();
                 tracing::warn!(target: "cojoin::report", "transaction aborted, its outputs discarded; every task replays from its last commit: {why}");
             }
             ProducerRenewed { why } => {
-                metrics.update(|m| {
-                    m.commit_failures += 1;
-                    m.transactions_aborted += 1;
-                });
+                metrics.commit_failures.inc();
+                metrics.transactions_aborted.inc();
                 tracing::warn!(target: "cojoin::report", "transactional producer renewed: {why}; its transaction's outputs are discarded, every task replays from its last commit");
             }
             ConsumerError { error } => {
-                metrics.update(|m| m.consumer_errors += 1);
+                metrics.consumer_errors.inc();
                 // The same error is returned by poll after poll while a broker is away.
                 if let Some(held) = crate::kafka::quiet::say(&format!("consumer error {error}")) {
                     let said =
@@ -294,7 +292,7 @@ impl Happened<'_> {
                 }
             }
             DeliveryRetried { error } => {
-                metrics.update(|m| m.delivery_retries += 1);
+                metrics.delivery_retries.inc();
                 tracing::warn!(target: "cojoin::report", "a delivery failed ({error}); sending it again");
             }
             PluginSwapped {
@@ -302,7 +300,7 @@ impl Happened<'_> {
                 generation,
                 source,
             } => {
-                metrics.update(|m| m.swaps += 1);
+                metrics.plugin_swaps.inc();
                 tracing::info!(target: "cojoin::report", plugin = label, generation, source, "plugin swapped");
             }
             SwapRefused {
@@ -311,7 +309,7 @@ impl Happened<'_> {
                 source,
                 error,
             } => {
-                metrics.update(|m| m.swaps_refused += 1);
+                metrics.plugin_swaps_refused.inc();
                 tracing::error!(target: "cojoin::report", source, "plugin {name} refused, {running} keeps running: {error}");
             }
         }

@@ -137,8 +137,10 @@ fn plugins_swap_under_load_by_file_drop_and_upload_without_a_lost_or_repeated_ca
     // event time runs 25 s per second of wall clock, and a payment read up to 120 s of event time
     // (~5 s of wall clock) behind its order on a busy machine still joins it (with no grace,
     // order-447 expired unpaid once under load).
-    let config = join_config(&kafka.bootstrap, "swaps", &live, "left")
-        .replace("max_idle = \"1s\"\n", "max_idle = \"1s\"\ngrace = \"120s\"\n");
+    let config = join_config(&kafka.bootstrap, "swaps", &live, "left").replace(
+        "max_idle = \"1s\"\n",
+        "max_idle = \"1s\"\ngrace = \"120s\"\n",
+    );
     assert!(config.contains("grace"), "{config}");
     let hosts = start_hosts_with(&dir, 2, &config);
     let refs: Vec<&HostProcess> = hosts.iter().collect();

@@ -4,66 +4,30 @@
 //! issue 14 quotes: tasks moved, the longest gap in the outputs of a task that did not move, the
 //! records read again. And nothing may be lost: scale out 2 → 3, scale in 3 → 2 by SIGTERM, kill -9
 //! of one more host, and every expected match and expiry must be on the output topic.
+//!
+//! Helpers in kafka_scale/: `paced` (the stream produced at a real-time rate, and closing it),
+//! `observe` (the outputs as they arrive, gaps, task owners, records read).
+
+#[path = "kafka_scale/observe.rs"]
+mod observe;
+#[path = "kafka_scale/paced.rs"]
+mod paced;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cojoin_e2e::broker::{Kafka, ReadRecord};
+use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::hosts::{join_config_for, wait_for_stable_group, HostProcess};
+use cojoin_e2e::plugin;
 use cojoin_e2e::scenario::{
     close_windows, join_broker, order_outputs, post_mortem, run_dir, serial, start_hosts_with,
     PARTITIONS,
 };
 use cojoin_e2e::stream::{self, Record, Tally};
-use cojoin_e2e::{http, plugin};
-
-/// Orders per second of wall time while the stream flows.
-const RATE: u32 = 100;
-
-/// Event time between orders: [`RATE`] orders per second of wall time is real time, so a join
-/// window (10 s) holds 10 s of the stream, as it would in production, and a restarted task
-/// replays that much.
-const SPACING_MS: i64 = 1000 / RATE as i64;
-
-/// Order i and its payment (unless i % 4 == 0), stamped i × [`SPACING_MS`] (the payment 20 ms
-/// later).
-fn order(i: u32) -> Vec<Record> {
-    let mut records = stream::orders(i, i + 1);
-    for r in &mut records {
-        // stream::orders spaces orders 1 s apart and pays 2 s later: scale both down.
-        r.timestamp = stream::BASE_TS + (r.timestamp - stream::BASE_TS) * SPACING_MS / 1000;
-    }
-    records
-}
-
-/// Produces orders from `from` at [`RATE`] per second, order i (and its payment) pinned to
-/// partition i % 6, until `stop`; returns the next order number.
-fn produce_paced(
-    bootstrap: String,
-    from: u32,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<u32> {
-    std::thread::spawn(move || {
-        let producer = Kafka::producer_for(&bootstrap, "murmur2_random");
-        let started = Instant::now();
-        let mut next = from;
-        while !stop.load(Ordering::Relaxed) {
-            let due = from + (started.elapsed().as_secs_f64() * f64::from(RATE)) as u32;
-            for p in 0..PARTITIONS {
-                let records: Vec<Record> = (next..due)
-                    .filter(|i| (i % PARTITIONS as u32) as i32 == p)
-                    .flat_map(order)
-                    .collect();
-                Kafka::produce_with(&producer, &records, Some(p));
-            }
-            next = next.max(due);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        next
-    })
-}
+use observe::{consumed, longest_gap, owners, Outputs};
+use paced::{close_after, order, produce_paced, RATE};
 
 /// A fresh broker with the join's topics, and the left join of orders and payments with the Rust
 /// plugin under `protocol`, for test `test` (its directory, group and config).
@@ -78,135 +42,6 @@ fn broker_and_join(test: &str, protocol: &str) -> (std::path::PathBuf, Kafka, St
         "left",
     );
     (dir, kafka, config)
-}
-
-/// Reads the output topic on its own thread, so that arrival times are not bunched by the test's
-/// waits.
-struct Outputs {
-    records: Arc<Mutex<Vec<ReadRecord>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Outputs {
-    fn start(kafka: &Kafka) -> Outputs {
-        let mut reader = kafka.reader("orders-paid", 1);
-        let records = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (shared, stopped) = (records.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !stopped.load(Ordering::Relaxed) {
-                reader.read_for(Duration::from_millis(50));
-                shared.lock().unwrap().append(&mut reader.records);
-            }
-        });
-        Outputs {
-            records,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn snapshot(&self) -> Vec<ReadRecord> {
-        self.records.lock().unwrap().clone()
-    }
-
-    /// Waits until `done` holds of what was read (or `timeout`), then `settle` more.
-    fn wait(
-        &self,
-        timeout: Duration,
-        settle: Duration,
-        done: impl Fn(&[ReadRecord]) -> bool,
-    ) -> Vec<ReadRecord> {
-        let deadline = Instant::now() + timeout;
-        while !done(&self.snapshot()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        std::thread::sleep(settle);
-        self.snapshot()
-    }
-}
-
-impl Drop for Outputs {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// A payment per partition far past the last order: every window closes.
-fn close_after(kafka: &Kafka, orders: u32) {
-    let producer = kafka.producer("murmur2_random");
-    for p in 0..PARTITIONS {
-        let tick = Record {
-            topic: "payments",
-            key: format!("tick-{p}"),
-            value: "{}".into(),
-            timestamp: stream::BASE_TS + i64::from(orders) * SPACING_MS + 60_000,
-        };
-        kafka.produce(&producer, &[tick], Some(p));
-    }
-}
-
-/// The owner of each task, from the hosts' latest logged holdings.
-fn owners(hosts: &[&HostProcess]) -> BTreeMap<i32, String> {
-    let mut owners = BTreeMap::new();
-    for h in hosts {
-        if let Some((left, right)) = h.assignments().pop() {
-            for p in left.iter().filter(|p| right.contains(p)) {
-                owners.insert(*p, h.name.clone());
-            }
-        }
-    }
-    owners
-}
-
-/// The task of an output: order i sits in partition i % 6.
-fn task_of(order: &str) -> Option<i32> {
-    let i: i32 = order.strip_prefix("order-")?.parse().ok()?;
-    Some(i % PARTITIONS)
-}
-
-/// The longest time a task went without an output within `[from, to]`, counting from `from` to
-/// its first output and from its last to `to`.
-fn longest_gap(outputs: &[ReadRecord], task: i32, from: Instant, to: Instant) -> Duration {
-    let mut times: Vec<Instant> = outputs
-        .iter()
-        .filter(|r| r.arrived >= from && r.arrived <= to)
-        .filter(|r| {
-            let (order, _) = &order_outputs(std::slice::from_ref(r))[0];
-            task_of(order) == Some(task)
-        })
-        .map(|r| r.arrived)
-        .collect();
-    times.insert(0, from);
-    times.push(to);
-    times
-        .windows(2)
-        .map(|w| w[1] - w[0])
-        .max()
-        .unwrap_or_default()
-}
-
-/// Records the hosts read, summed from their /metrics.
-fn consumed(hosts: &[&HostProcess]) -> u64 {
-    hosts
-        .iter()
-        .map(|h| {
-            let page = http::get(&format!("{}/metrics", h.admin_url(Duration::from_secs(5)))).body;
-            ["orders", "payments"]
-                .iter()
-                .filter_map(|t| {
-                    http::sample(
-                        &page,
-                        &format!("cojoin_records_consumed_total{{topic=\"{t}\"}}"),
-                    )
-                })
-                .sum::<f64>() as u64
-        })
-        .sum()
 }
 
 /// What a scale-out did.

@@ -1,11 +1,13 @@
 //! The admin HTTP server: `/metrics` (Prometheus text), `/healthz`, `/readyz`, `GET /plugins`
 //! and `PUT /plugins` (a `.wasm` body: validated, swapped in, or refused with the reason).
 //!
-//! Its own thread ([`server`]), with a small pool for uploads: it only reads the shared metrics
-//! and calls the registry, and a swap compiles for seconds, which must stall neither the join
-//! loop nor the other requests. An upload's body is received first ([`body`]: a byte budget
-//! all uploads share, a minimum rate), then swapped in and kept ([`upload`]). Over HTTPS when
-//! `admin.tls_cert` and `admin.tls_key` are set ([`tls`]).
+//! Its own thread, running hyper on a tokio runtime ([`server`]), with a small blocking pool for
+//! uploads: it only reads the shared metrics and calls the registry, and a swap compiles for
+//! seconds, which must stall neither the join loop nor the other requests. An upload's body is
+//! received first ([`body`]: a byte budget all uploads share, a minimum rate, with a
+//! Content-Length or chunked), then swapped in and kept ([`upload`]). Over HTTPS when
+//! `admin.tls_cert` and `admin.tls_key` are set ([`tls`]). What each request gets is decided by
+//! a pure `route`, unit-tested without a socket.
 
 mod body;
 pub mod server;
@@ -37,10 +39,7 @@ const STEP_STALL: Duration = Duration::from_secs(300);
 
 /// How long every batch of the repartition step has failed for, if it is failing.
 fn step_failing(metrics: &Metrics) -> Option<Duration> {
-    match metrics.read(|m| m.repartition_failing_since_ms) {
-        0 => None,
-        since => Some(Duration::from_millis(now_ms().saturating_sub(since))),
-    }
+    metrics.repartition_failing_seconds.elapsed()
 }
 
 /// What the server reads; the join loop updates `heartbeat_ms` (Unix ms) every round.
@@ -222,7 +221,7 @@ pub fn route(request: Request<'_>, state: &AdminState) -> Reply {
                     d.as_secs()
                 ),
             ),
-            None if state.metrics.read(|m| m.processing) => text(200, "ready\n"),
+            None if state.metrics.processing() => text(200, "ready\n"),
             None => text(503, "not ready: no task assigned yet (joining the group)\n"),
         },
         Routed::Plugins => json_reply(200, plugins_json(state)),
@@ -303,15 +302,11 @@ fn plugins_json(state: &AdminState) -> serde_json::Value {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    let (calls, failures, swaps, refused) = state.metrics.read(|m| {
-        let stats = m.calls.get(&*v.label).cloned().unwrap_or_default();
-        let failures: std::collections::BTreeMap<&str, u64> = stats
-            .failures
-            .iter()
-            .map(|(k, n)| (k.as_str(), *n))
-            .collect();
-        (stats.count, failures, m.swaps, m.swaps_refused)
-    });
+    let (calls, failures) = state.metrics.plugin_calls(&v.label);
+    let (swaps, refused) = (
+        state.metrics.plugin_swaps.get(),
+        state.metrics.plugin_swaps_refused.get(),
+    );
     json!({
         "name": v.name,
         "sha256": v.sha256,

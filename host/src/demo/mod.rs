@@ -135,7 +135,7 @@ pub fn run(
         .map_err(|_| anyhow::anyhow!("the host thread panicked"))?;
     let mut summary = result?;
     host_result.context("the join host stopped")?;
-    summary.dead_letters = host.metrics.read(|m| m.counters.dead_lettered) as usize;
+    summary.dead_letters = host.metrics.dead_lettered_records.get() as usize;
     Ok(summary)
 }
 
@@ -148,7 +148,7 @@ fn drive(
     stop: &AtomicBool,
 ) -> Result<DemoSummary> {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !host.metrics.read(|m| m.processing) {
+    while !host.metrics.processing() {
         anyhow::ensure!(
             Instant::now() < deadline,
             "the host got no partitions within 60 s"

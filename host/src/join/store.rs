@@ -21,18 +21,30 @@
 //! spilled segment, oldest first, just before it empties: it reads the whole segment back in one
 //! read, and a segment read back is never spilled again (it would be the next to go out).
 //! So the oldest spilled segment being the next to leave, spill files are deleted in order too.
+//!
+//! - [`record`]: an event's record: the header layout and flags, encoding and decoding.
+//! - [`segment`]: a segment of records and what its live events need ([`Needs`]).
+//! - [`spill`]: the spill files segments go to past the budget.
 
+mod record;
+mod segment;
 mod spill;
 
 use std::borrow::Cow;
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use record::{
+    decode, flags_side, get_i64, get_u32, record_size, DEAD, FLAGS, HAS_HEADERS, KEY_LEN, NEXT,
+    OFFSET, OUT_OF_ORDER, PARTNER, TIMESTAMP, TOMBSTONE, VALUE_LEN,
+};
+pub use record::{HEADER, MAX_ORIGINS};
+pub use segment::Needs;
+use segment::{resident, Segment, Spilled, MAX_SEGMENT, MIN_SEGMENT};
+use spill::Spill;
 pub use spill::SpillDir;
-use spill::{Disk, Spill};
 
-use crate::event::{Event, Header, Side};
+use crate::event::{Event, Side};
 
 /// An event in the store: `segment number << 32 | byte offset in the segment`.
 pub type Handle = u64;
@@ -42,141 +54,6 @@ pub const NO_HANDLE: Handle = u64::MAX;
 
 /// `partner_offset` of an event that has not matched (Kafka offsets are never negative).
 pub const UNMATCHED: i64 = -1;
-
-/// Segment sizes double from the smallest to the largest, so an idle task holds little and a busy
-/// one wastes at most the tail of a large segment per segment. An event larger than the largest
-/// gets a segment of its own size.
-const MIN_SEGMENT: usize = 4 * 1024;
-const MAX_SEGMENT: usize = 256 * 1024;
-
-// Header layout, native-endian, unaligned (read with `from_ne_bytes`, never cast):
-const TIMESTAMP: usize = 0; // i64
-const OFFSET: usize = 8; // i64
-const PARTNER: usize = 16; // i64, mutable
-const NEXT: usize = 24; // Handle, mutable
-const KEY_LEN: usize = 32; // u32
-const VALUE_LEN: usize = 36; // u32, TOMBSTONE for no value
-const ORIGIN: usize = 40; // u8, the low 8 bits of the index into `origins`
-const FLAGS: usize = 41; // u8: RIGHT, HAS_HEADERS, OUT_OF_ORDER, DEAD; top 4: origin bits 8-11
-/// Bytes before an event's key.
-pub const HEADER: usize = 42;
-
-const RIGHT: u8 = 1;
-/// The value is followed by a u32 length and the encoded headers; most events have none.
-const HAS_HEADERS: u8 = 2;
-/// Not in the log's close-time order: the state keeps it in its expiry heap instead.
-const OUT_OF_ORDER: u8 = 4;
-/// Removed; its bytes stay until its segment is freed.
-const DEAD: u8 = 8;
-
-const TOMBSTONE: u32 = u32::MAX;
-
-/// The index into `origins` is 12 bits: its [`ORIGIN`] byte and the 4 bits the flags leave free.
-/// The header is packed, with no padding to grow into: a wider field would cost every held event
-/// a byte. A live task holds two (topic, partition) pairs; only `plugin test` with a key from the
-/// value sends a whole recording to one task, and 256 pairs were too few there.
-const ORIGIN_FLAG_SHIFT: u32 = 4;
-
-/// (topic, partition) pairs one store, one task's join state, can hold events of.
-pub const MAX_ORIGINS: usize = 1 << (8 + ORIGIN_FLAG_SHIFT);
-
-struct Segment {
-    /// Empty while spilled, and once every event in it was removed.
-    bytes: Vec<u8>,
-    /// Events in this segment not yet removed.
-    live: u32,
-    spilled: Option<Spilled>,
-    /// What the segment's live events need ([`Needs`]), so that commit points cost a look per
-    /// segment, not per held event (a task holding 480,000 events spent most of its time
-    /// scanning them for every round's commit points). Kept exact for a segment in RAM:
-    /// recomputed from its records (`stale`) after an event leaves or changes partner.
-    needs: Cell<Needs>,
-    stale: Cell<bool>,
-}
-
-impl Default for Segment {
-    fn default() -> Self {
-        Segment {
-            bytes: Vec::new(),
-            live: 0,
-            spilled: None,
-            needs: Cell::new(Needs::NONE),
-            stale: Cell::new(false),
-        }
-    }
-}
-
-impl Segment {
-    /// The segment's needs, recomputed first if an event left or changed partner. A spilled
-    /// segment's are not recomputed (that would read the disk): they stay lower bounds until it
-    /// is read back.
-    fn needs(&self) -> Needs {
-        if self.stale.get() && self.spilled.is_none() {
-            let mut needs = Needs::NONE;
-            for r in records(&self.bytes) {
-                if r[FLAGS] & DEAD == 0 {
-                    needs.add(
-                        flags_side(r[FLAGS]),
-                        get_i64(r, OFFSET),
-                        get_i64(r, PARTNER),
-                    );
-                }
-            }
-            self.needs.set(needs);
-            self.stale.set(false);
-        }
-        self.needs.get()
-    }
-}
-
-struct Spilled {
-    disk: Disk,
-}
-
-/// The smallest offsets a segment's live events need, per side: kept in RAM so that a commit
-/// (every second or faster) neither scans every held event nor reads the disk. Exact for a segment
-/// in RAM; for a spilled one, taken when it is spilled and only lowered after (an event leaving
-/// leaves a bound lower than needed, which holds a commit back until the segment is read back to
-/// expire).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Needs {
-    /// By side, the smallest offset of a live event of that side; `i64::MAX` for none.
-    own: [i64; 2],
-    /// By side, the smallest partner offset (of the other side) of a matched live event of that
-    /// side; `i64::MAX` for none.
-    partner: [i64; 2],
-}
-
-impl Needs {
-    const NONE: Needs = Needs {
-        own: [i64::MAX; 2],
-        partner: [i64::MAX; 2],
-    };
-
-    /// (side, offset) pairs, as [`EventStore::live`]'s events give them: each side's own smallest
-    /// offset, and, of the sides `partner_needed` names, the smallest partner offset.
-    pub fn offsets(
-        &self,
-        partner_needed: impl Fn(Side) -> bool,
-    ) -> impl Iterator<Item = (Side, i64)> {
-        let [own, partner] = [self.own, self.partner];
-        [Side::Left, Side::Right].into_iter().flat_map(move |side| {
-            let i = side.index();
-            let own = (own[i] != i64::MAX).then_some((side, own[i]));
-            let partner = (partner[i] != i64::MAX && partner_needed(side))
-                .then_some((side.opposite(), partner[i]));
-            own.into_iter().chain(partner)
-        })
-    }
-
-    fn add(&mut self, side: Side, offset: i64, partner_offset: i64) {
-        let i = side.index();
-        self.own[i] = self.own[i].min(offset);
-        if partner_offset != UNMATCHED {
-            self.partner[i] = self.partner[i].min(partner_offset);
-        }
-    }
-}
 
 /// Where a store's bytes are, for metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -312,37 +189,7 @@ impl EventStore {
             .expect("a segment was just ensured");
         let at = segment.bytes.len();
         let b = &mut segment.bytes;
-        b.extend_from_slice(&event.timestamp.to_ne_bytes());
-        b.extend_from_slice(&event.offset.to_ne_bytes());
-        b.extend_from_slice(&links.partner_offset.to_ne_bytes());
-        b.extend_from_slice(&links.next.to_ne_bytes());
-        b.extend_from_slice(&len32(event.key_bytes().len()).to_ne_bytes());
-        let value_field = event.value.as_ref().map_or(TOMBSTONE, |v| len32(v.len()));
-        b.extend_from_slice(&value_field.to_ne_bytes());
-        let [origin_low, origin_high] = origin.to_le_bytes();
-        b.push(origin_low);
-        let side = if links.side == Side::Right { RIGHT } else { 0 };
-        let out_of_order = if links.out_of_order { OUT_OF_ORDER } else { 0 };
-        let has_headers_flag = if has_headers { HAS_HEADERS } else { 0 };
-        b.push(side | out_of_order | has_headers_flag | (origin_high << ORIGIN_FLAG_SHIFT));
-        b.extend_from_slice(event.key_bytes());
-        if let Some(value) = &event.value {
-            b.extend_from_slice(value);
-        }
-        if has_headers {
-            b.extend_from_slice(&len32(headers_len).to_ne_bytes());
-        }
-        for h in event.headers.iter() {
-            b.extend_from_slice(&len32(h.key.len()).to_ne_bytes());
-            b.extend_from_slice(h.key.as_bytes());
-            match &h.value {
-                Some(v) => {
-                    b.extend_from_slice(&len32(v.len()).to_ne_bytes());
-                    b.extend_from_slice(v);
-                }
-                None => b.extend_from_slice(&TOMBSTONE.to_ne_bytes()),
-            }
-        }
+        record::encode(b, event, &links, origin, has_headers, headers_len);
         segment.live += 1;
         let mut needs = segment.needs.get();
         needs.add(links.side, event.offset, links.partner_offset);
@@ -565,7 +412,7 @@ impl EventStore {
         self.segments.iter().enumerate().flat_map(move |(ix, s)| {
             let number = self.first + ix as u64;
             let mut at = 0;
-            records(&s.bytes).filter_map(move |r| {
+            record::records(&s.bytes).filter_map(move |r| {
                 let h = (number << 32) | at as u64;
                 at += record_size(r);
                 (r[FLAGS] & DEAD == 0).then_some(h)
@@ -701,110 +548,6 @@ impl EventStore {
         });
         u16::try_from(ix).expect("below MAX_ORIGINS")
     }
-}
-
-/// Lengths in the store are 32-bit: Kafka caps a record far below 4 GiB (message.max.bytes).
-fn len32(len: usize) -> u32 {
-    u32::try_from(len).expect("a Kafka record field is smaller than 4 GiB")
-}
-
-fn get_u32(r: &[u8], at: usize) -> u32 {
-    u32::from_ne_bytes(r[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn get_i64(r: &[u8], at: usize) -> i64 {
-    i64::from_ne_bytes(r[at..at + 8].try_into().expect("8 bytes"))
-}
-
-fn flags_side(flags: u8) -> Side {
-    match flags & RIGHT {
-        0 => Side::Left,
-        _ => Side::Right,
-    }
-}
-
-/// The record at `at` in a segment in RAM, to the end of the segment's filled part; `None` past
-/// the end, and for a spilled (or freed) segment.
-#[inline]
-fn resident(segment: &Segment, at: usize) -> Option<&[u8]> {
-    segment.bytes.get(at..).filter(|r| !r.is_empty())
-}
-
-/// Bytes of the record at the start of `r`.
-fn record_size(r: &[u8]) -> usize {
-    let value_len = match get_u32(r, VALUE_LEN) {
-        TOMBSTONE => 0,
-        len => len as usize,
-    };
-    let headers_at = HEADER + get_u32(r, KEY_LEN) as usize + value_len;
-    match r[FLAGS] & HAS_HEADERS {
-        0 => headers_at,
-        _ => headers_at + 4 + get_u32(r, headers_at) as usize,
-    }
-}
-
-/// Every record in a segment's bytes, removed or not, each from its header to the segment's end.
-fn records(mut bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
-    std::iter::from_fn(move || {
-        let r = bytes;
-        (!r.is_empty()).then(|| {
-            bytes = &r[record_size(r)..];
-            r
-        })
-    })
-}
-
-/// The event whose record starts `r`.
-fn decode(origins: &[(Arc<str>, i32)], r: &[u8]) -> Event {
-    let origin = usize::from(r[ORIGIN]) | (usize::from(r[FLAGS] >> ORIGIN_FLAG_SHIFT) << 8);
-    let (topic, partition) = &origins[origin];
-    let key_len = get_u32(r, KEY_LEN) as usize;
-    let value_at = HEADER + key_len;
-    let value_len = match get_u32(r, VALUE_LEN) {
-        TOMBSTONE => None,
-        len => Some(len as usize),
-    };
-    let headers_at = value_at + value_len.unwrap_or(0);
-    Event {
-        topic: topic.clone(),
-        partition: *partition,
-        offset: get_i64(r, OFFSET),
-        timestamp: get_i64(r, TIMESTAMP),
-        key: Some(Box::from(&r[HEADER..value_at])),
-        value: value_len.map(|len| Box::from(&r[value_at..value_at + len])),
-        headers: match r[FLAGS] & HAS_HEADERS {
-            0 => Box::default(),
-            _ => {
-                let len = get_u32(r, headers_at) as usize;
-                decode_headers(&r[headers_at + 4..headers_at + 4 + len])
-            }
-        },
-    }
-}
-
-fn decode_headers(mut b: &[u8]) -> Box<[Header]> {
-    let mut headers = Vec::new();
-    let take_u32 = |b: &mut &[u8]| {
-        let (n, rest) = b.split_at(4);
-        *b = rest;
-        u32::from_ne_bytes(n.try_into().expect("4 bytes"))
-    };
-    while !b.is_empty() {
-        let key_len = take_u32(&mut b) as usize;
-        let (key, rest) = b.split_at(key_len);
-        b = rest;
-        let key = String::from_utf8(key.to_vec()).expect("stored from a String");
-        let value = match take_u32(&mut b) {
-            TOMBSTONE => None,
-            n => {
-                let (v, rest) = b.split_at(n as usize);
-                b = rest;
-                Some(v.to_vec())
-            }
-        };
-        headers.push(Header { key, value });
-    }
-    headers.into_boxed_slice()
 }
 
 #[cfg(test)]

@@ -1,10 +1,14 @@
-//! The Kafka side. [`client`] configures the librdkafka clients; [`source`] is the consumer
-//! (records, rebalances, end offsets, commits) and [`sink`] the producer (outputs, dead letters,
-//! acknowledgements, refusals); the run loop ([`crate::run`]) ties them to the tasks. The pure
-//! parts: co-partitioning checks on metadata and assignments ([`assignment`]), tasks following
-//! partitions as the group moves them ([`pairing`]), the group protocol's choice ([`protocol`]),
-//! and the producer partitioners whose mismatch breaks a join ([`partitioner`]). Nothing here imports the plugin
-//! runtime.
+//! The Kafka side. [`client`] configures the librdkafka clients (with [`tls`] and the secrets);
+//! [`source`] is the consumer (records, rebalances, pauses, seeks, end offsets, commits) and
+//! [`sink`] the producer (outputs, dead letters, acknowledgements, refusals), with
+//! [`transaction`] for exactly-once and [`acks`] for waiting on deliveries; [`repartitioner`]
+//! is the step that re-keys a side into an internal topic; [`authz`] and [`describe`] check the
+//! ACLs a config needs; [`quiet`] keeps librdkafka's repeated complaints to one line;
+//! [`timeouts`] says how long each wait on the broker may take. The run loop ([`crate::run`])
+//! ties them to the tasks. The pure parts: co-partitioning checks on metadata and assignments
+//! ([`assignment`]), tasks following partitions as the group moves them ([`pairing`]), the group
+//! protocol's choice ([`protocol`]), and the producer partitioners whose mismatch breaks a join
+//! ([`partitioner`]). Nothing here imports the plugin runtime.
 
 pub mod acks;
 pub mod assignment;

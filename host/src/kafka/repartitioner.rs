@@ -172,14 +172,10 @@ impl Step {
         while !stop.load(Ordering::SeqCst) {
             if let Err(e) = self.batch() {
                 tracing::warn!("repartitioning: {e:#}; the batch is read again");
-                self.metrics.update(|m| {
-                    if m.repartition_failing_since_ms == 0 {
-                        m.repartition_failing_since_ms = crate::clock::now_ms();
-                    }
-                });
+                self.metrics.repartition_failing_seconds.start();
                 std::thread::sleep(Duration::from_secs(1));
             } else {
-                self.metrics.update(|m| m.repartition_failing_since_ms = 0);
+                self.metrics.repartition_failing_seconds.stop();
             }
             if truncated.elapsed() >= TRUNCATE_EVERY {
                 truncated = Instant::now();
@@ -233,17 +229,19 @@ impl Step {
             .write_in_order(&mut written, &mut fates)
             .and_then(|()| self.commit(&written));
         self.metrics
-            .update(|m| m.repartition_held = self.merge.held() as u64);
+            .repartition_held_records
+            .set(self.merge.held() as i64);
         if let Err(e) = result {
             self.rewind(&written);
             self.writer.abort(&format!("{e:#}"));
             return Err(e);
         }
-        self.metrics.update(|m| {
-            m.repartitioned += fates[Fate::Written as usize];
-            m.repartition_dead_letters += fates[Fate::DeadLettered as usize];
-            m.repartition_dropped += fates[Fate::Dropped as usize];
-        });
+        let m = &self.metrics;
+        m.repartitioned_records
+            .inc_by(fates[Fate::Written as usize]);
+        m.repartition_dead_letters
+            .inc_by(fates[Fate::DeadLettered as usize]);
+        m.repartition_dropped.inc_by(fates[Fate::Dropped as usize]);
         Ok(())
     }
 

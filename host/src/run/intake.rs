@@ -144,7 +144,7 @@ impl Host {
         }
         if rebalanced.assignment {
             let member_id = source.member_id();
-            self.metrics.update(|m| m.member_id = member_id);
+            self.metrics.set_member(member_id);
             let [left, right] = run.pairing.held();
             Happened::Assignment {
                 left: &left,

@@ -89,6 +89,8 @@ struct Running {
     retired: TaskCounters,
     /// Records consumed per side.
     consumed: [u64; 2],
+    /// The totals the metrics were last brought up to (publish.rs).
+    published: publish::Published,
     lags: HashMap<i32, [Option<i64>; 2]>,
     /// Which partitions this host holds, and which tasks are active (both halves held).
     pairing: Pairing,
@@ -185,7 +187,7 @@ impl Host {
                 run.lags = source.lag(run.tasks.keys().copied());
                 last_lag = Instant::now();
             }
-            self.publish_metrics(&run, &mut workers, sink.acknowledged());
+            self.publish_metrics(&mut run, &mut workers, sink.acknowledged());
             self.heartbeat_ms
                 .store(crate::clock::now_ms(), Ordering::Relaxed);
             if last_commit.elapsed() >= cfg.output.commit_interval() {

@@ -1,12 +1,49 @@
 //! What the loop tells between rounds: tasks waiting for their pair, and the round's counts and
-//! gauges copied into the shared metrics.
+//! gauges added to the metrics.
+//!
+//! The tasks keep running totals in plain numbers (no atomic per record); once a round, the
+//! loop adds to each counter what its total gained since the last round ([`Published`] keeps
+//! the totals it added up to), and sets the gauges.
+
+use std::collections::BTreeSet;
+
+use prometheus_client::metrics::counter::Counter;
 
 use crate::kafka::sink::Acknowledged;
-use crate::metrics::TaskGauges;
+use crate::metrics::{Metrics, TaskGauges, Topic};
 use crate::report::Happened;
+use crate::task::TaskCounters;
 
 use super::action::MeteredAction;
 use super::{Host, Running, WAITING_REPORTED_AFTER};
+
+/// What the last round added to the metrics: the totals its counts went up to, and the tasks
+/// whose gauges it set.
+#[derive(Default)]
+pub(super) struct Published {
+    counters: TaskCounters,
+    consumed: [u64; 2],
+    acknowledged: Acknowledged,
+    tasks: BTreeSet<i32>,
+}
+
+/// The counter of each task count.
+fn task_counts(m: &Metrics) -> [(&Counter, fn(&TaskCounters) -> u64); 12] {
+    [
+        (&m.matches, |c| c.matches),
+        (&m.expiries, |c| c.expiries),
+        (&m.late_records, |c| c.late),
+        (&m.future_timestamp_records, |c| c.future_timestamps),
+        (&m.null_key_records, |c| c.null_keys),
+        (&m.tombstone_records, |c| c.tombstones),
+        (&m.dead_lettered_records, |c| c.dead_lettered),
+        (&m.refused_outputs, |c| c.refused_outputs),
+        (&m.replay_suppressed, |c| c.suppressed),
+        (&m.backpressure_pauses, |c| c.pauses),
+        (&m.state_spilled_bytes, |c| c.spilled_bytes),
+        (&m.state_read_back_bytes, |c| c.read_back_bytes),
+    ]
+}
 
 impl Host {
     /// Says once of each task whose lone half has waited for its pair longer than
@@ -30,51 +67,76 @@ impl Host {
         }
     }
 
-    /// Copies this round's counts into the shared metrics (one lock per round, none per record).
+    /// Adds this round's counts to the metrics and sets the gauges (atomics, once per round;
+    /// nothing per record). Causes before effects: a scrape that sees an output acknowledged
+    /// also sees the match that made it.
     pub(super) fn publish_metrics(
         &self,
-        run: &Running,
+        run: &mut Running,
         workers: &mut [MeteredAction],
         acknowledged: Acknowledged,
     ) {
+        let m = &*self.metrics;
+        let was = &run.published;
+        let sides = [&self.config.join.left, &self.config.join.right];
+        for ((topic, now), was) in sides.into_iter().zip(run.consumed).zip(was.consumed) {
+            m.records_consumed
+                .get_or_create(&Topic {
+                    topic: topic.clone(),
+                })
+                .inc_by(now.saturating_sub(was));
+        }
         let mut counters = run.retired.clone();
         for task in run.tasks.values() {
             counters.add(&task.counters);
         }
-        let gauges = run
-            .tasks
-            .iter()
-            .map(|(p, task)| {
-                let (events, bytes) = task.held();
-                let lag = run.lags.get(p).copied().unwrap_or_default();
-                let store = task.store_stats();
-                let gauges = TaskGauges {
-                    events,
-                    bytes,
-                    ram_bytes: store.ram_bytes,
-                    disk_bytes: store.disk_bytes,
-                    queued_bytes: task.queued_bytes(),
-                    queued_peak_bytes: task.queued_peak_bytes(),
-                    paused: task.paused_sides(),
-                    lag,
-                };
-                (*p, gauges)
-            })
-            .collect();
-        let calls: Vec<_> = workers.iter_mut().flat_map(|w| w.take_calls()).collect();
-        let (left, right) = (&self.config.join.left, &self.config.join.right);
-        self.metrics.update(|m| {
-            m.consumed.insert(left.clone(), run.consumed[0]);
-            m.consumed.insert(right.clone(), run.consumed[1]);
-            m.counters = counters;
-            m.outputs_acknowledged = acknowledged.outputs;
-            m.dead_letters_acknowledged = acknowledged.dead_letters;
-            m.tasks = gauges;
-            m.processing = !m.tasks.is_empty();
-            m.tasks_waiting = run.pairing.waiting() as u64;
-            for (label, stats) in calls {
-                m.calls.entry(label).or_default().add(&stats);
+        for (counter, count) in task_counts(m) {
+            counter.inc_by(count(&counters).saturating_sub(count(&was.counters)));
+        }
+        for worker in workers.iter_mut() {
+            for (label, stats) in worker.take_calls() {
+                m.add_calls(&label, &stats);
             }
-        });
+        }
+        let outputs = acknowledged
+            .outputs
+            .saturating_sub(was.acknowledged.outputs);
+        let dead_letters = acknowledged
+            .dead_letters
+            .saturating_sub(was.acknowledged.dead_letters);
+        m.outputs_produced.inc_by(outputs);
+        m.dead_letters_produced.inc_by(dead_letters);
+        m.records_produced.inc_by(outputs + dead_letters);
+
+        let mut paused = 0;
+        for (p, task) in &run.tasks {
+            let (events, bytes) = task.held();
+            let store = task.store_stats();
+            let gauges = TaskGauges {
+                events,
+                bytes,
+                ram_bytes: store.ram_bytes,
+                disk_bytes: store.disk_bytes,
+                queued_bytes: task.queued_bytes(),
+                queued_peak_bytes: task.queued_peak_bytes(),
+                paused: task.paused_sides(),
+                lag: run.lags.get(p).copied().unwrap_or_default(),
+            };
+            paused += gauges.paused;
+            m.set_task(*p, &gauges);
+        }
+        let held: BTreeSet<i32> = run.tasks.keys().copied().collect();
+        for gone in was.tasks.difference(&held) {
+            m.forget_task(*gone);
+        }
+        m.paused_partitions.set(paused as i64);
+        m.tasks_waiting_for_pair.set(run.pairing.waiting() as i64);
+        m.assigned_tasks.set(run.tasks.len() as i64);
+        run.published = Published {
+            counters,
+            consumed: run.consumed,
+            acknowledged,
+            tasks: held,
+        };
     }
 }

@@ -129,6 +129,7 @@ impl Host {
             tasks: BTreeMap::new(),
             retired: TaskCounters::default(),
             consumed: [0; 2],
+            published: Default::default(),
             lags: HashMap::new(),
             pairing: Pairing::new(protocol == Protocol::Classic),
             waiting_reported: BTreeSet::new(),

@@ -1,0 +1,89 @@
+//! The systems cojoin is measured against, as commands: the bare consumer (this binary with
+//! `--bare`, reading both topics and doing nothing), the Python peers of host/benches/peers/ and
+//! the Kafka Streams peer.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::{grace_ms, window_ms, PARTITIONS};
+
+/// The arguments every peer takes to find the data: the broker and the two topics.
+pub(crate) fn data_args(bootstrap: &str) -> [&str; 6] {
+    [
+        "--bootstrap",
+        bootstrap,
+        "--left",
+        "left",
+        "--right",
+        "right",
+    ]
+}
+
+/// A script of host/benches/peers/ run by `python`, pointed at the broker's `left` and `right`.
+pub(crate) fn peer(python: &Path, peers: &Path, script: &str, bootstrap: &str) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.arg(peers.join(script)).args(data_args(bootstrap));
+    cmd
+}
+
+/// The Kafka Streams peer (built by `make bench-join`) joining `left` and `right` into
+/// `bench-out` with `store` window stores ("rocksdb" or "memory").
+pub(crate) fn kafka_streams(peers: &Path, bootstrap: &str, store: &str) -> Command {
+    let app = peers.join("kafka-streams/target");
+    assert!(
+        app.join("classes/dev/cojoin/bench/KafkaStreamsJoin.class")
+            .exists(),
+        "the Kafka Streams peer is not built: run `make bench-join` (mvn package in {app:?}/..)"
+    );
+    let heap = std::env::var("BENCH_JAVA_HEAP").unwrap_or_else(|_| "1g".into());
+    let mut cmd = Command::new("java");
+    cmd.arg(format!("-Xmx{heap}"))
+        .arg("-cp")
+        .arg(format!(
+            "{}:{}/*",
+            app.join("classes").display(),
+            app.join("libs").display()
+        ))
+        .arg("dev.cojoin.bench.KafkaStreamsJoin")
+        .args(data_args(bootstrap))
+        .args(["--output-topic", "bench-out", "--store", store])
+        .args(["--window-ms", &window_ms().to_string()])
+        .args(["--grace-ms", &grace_ms().to_string()]);
+    cmd
+}
+
+/// The limit: read every partition of both topics from the start, touching nothing.
+pub(crate) fn bare(bootstrap: &str, expect: u64) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "bench-bare")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for topic in ["left", "right"] {
+        for p in 0..PARTITIONS {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)
+                .unwrap();
+        }
+    }
+    consumer.assign(&tpl).unwrap();
+    let (mut n, mut first) = (0u64, None);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while n < expect && Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            m.expect("consuming");
+            first.get_or_insert_with(Instant::now);
+            n += 1;
+        }
+    }
+    let seconds = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    println!(
+        "{}",
+        serde_json::json!({"records": n, "matches": null, "seconds": seconds})
+    );
+}
