@@ -654,8 +654,18 @@ fn under_the_new_protocol_a_host_that_gains_a_peer_keeps_the_tasks_it_keeps() {
 fn under_the_classic_protocol_a_host_that_gains_a_peer_restarts_every_task() {
     let (_cluster, bootstrap) = join_cluster();
     let figures = scale_out(&bootstrap, CLASSIC, "classic");
-    // Eager: all four revoked, then the two it keeps started again.
-    assert_eq!((figures.assigned, figures.revoked), (6, 4));
+    // Eager: all four revoked, then the two it keeps started again: (6, 4) when the group
+    // settles in one rebalance. On a busy machine the second host may join after a first round
+    // that gave all four back to the first: (10, 8) seen once in CI. Either way it ends holding
+    // two, and the two it kept were revoked too (under the new protocol only the two that
+    // moved are).
+    let (assigned, revoked) = (figures.assigned, figures.revoked);
+    assert_eq!(
+        assigned - revoked,
+        2,
+        "{assigned} assigned, {revoked} revoked"
+    );
+    assert!(revoked >= 4, "{assigned} assigned, {revoked} revoked");
 }
 
 #[test]
