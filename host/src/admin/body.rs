@@ -4,7 +4,7 @@
 //! four for 120 s), and the budget keeps concurrent uploads to about one `max_body` of memory
 //! (four 500 MB uploads took 1.9 GB). A body comes with a Content-Length, whose room is
 //! reserved before its first byte is read, or chunked, whose room grows as it arrives, under the
-//! same `max_body`. Depends on tokio, `http-body` frames and the server's `Limits` only;
+//! same `max_body`. Depends on tokio, `http-body` frames and the server's [`Limits`] only;
 //! [`super::server`] wires it in.
 
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use hyper::body::{Body, Bytes};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{timeout, timeout_at, Instant};
 
-use super::server::Limits;
+use super::limits::Limits;
 
 /// A refusal: HTTP status and the reason given to the client.
 pub type Refusal = (u16, String);

@@ -10,6 +10,7 @@
 //! a pure `route`, unit-tested without a socket.
 
 mod body;
+mod limits;
 pub mod server;
 pub mod tls;
 mod upload;

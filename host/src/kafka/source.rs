@@ -251,3 +251,11 @@ pub fn event_of<M: Message>(m: &M, topic: &Arc<str>) -> Event {
         headers,
     }
 }
+
+/// Locks the state the rebalance callbacks share with the loop (a poisoned lock is taken as it
+/// is). Here, not in rebalance.rs, so that commit.rs and rebalance.rs do not import each other.
+fn lock(
+    shared: &std::sync::Mutex<rebalance::Shared>,
+) -> std::sync::MutexGuard<'_, rebalance::Shared> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -56,3 +56,17 @@ impl Batch {
         self.emits.push(emit);
     }
 }
+
+/// What a halt on a record rolls back to: the record it halted on is not processed, nor any
+/// after it (their outcomes may already be in the state, as without batching). Parking rolls
+/// back the batch too: the emits of the record, made before its failed call, wait with it.
+#[derive(Clone, Copy)]
+pub(super) struct RunPoint {
+    pub(super) through: [Option<i64>; 2],
+    pub(super) pending: [Option<i64>; 2],
+    pub(super) pending_from: [Option<i64>; 2],
+    /// The batch's emits, bytes and sources then.
+    pub(super) emits: usize,
+    pub(super) bytes: usize,
+    pub(super) sources: usize,
+}

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::action::CallResult;
-use super::commit::RunPoint;
+use super::batch::RunPoint;
 use super::retry::{Clock, Step};
 use super::{Action, Batch, DeadLetter, DeadLetterReason, Emit, PartitionTask};
 use crate::config::FailurePolicy;

@@ -3,24 +3,11 @@
 //! for each partition: never past a record the task still needs (queued, unacknowledged, held in
 //! the join state, or held back by a parked call).
 
+use super::batch::RunPoint;
 use super::retry::Parked;
 use super::{Batch, PartitionTask};
 use crate::event::Side;
 use crate::join::CommitPoint;
-
-/// What a halt on a record rolls back to: the record it halted on is not processed, nor any
-/// after it (their outcomes may already be in the state, as without batching). Parking rolls
-/// back the batch too: the emits of the record, made before its failed call, wait with it.
-#[derive(Clone, Copy)]
-pub(super) struct RunPoint {
-    pub(super) through: [Option<i64>; 2],
-    pub(super) pending: [Option<i64>; 2],
-    pub(super) pending_from: [Option<i64>; 2],
-    /// The batch's emits, bytes and sources then.
-    pub(super) emits: usize,
-    pub(super) bytes: usize,
-    pub(super) sources: usize,
-}
 
 impl PartitionTask {
     pub(super) fn run_point(&self, batch: &Batch) -> RunPoint {

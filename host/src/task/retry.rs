@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::action::CallResult;
-use super::commit::RunPoint;
+use super::batch::RunPoint;
 use super::{Action, Batch, DeadLetterReason, Emit, PartitionTask};
 use crate::config::RecordPolicy;
 use crate::event::{Event, Side};

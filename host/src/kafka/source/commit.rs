@@ -9,8 +9,7 @@ use anyhow::{Context as _, Result};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::rebalance::lock;
-use super::{Source, TIMEOUT};
+use super::{lock, Source, TIMEOUT};
 use crate::join::CommitPoint;
 use crate::kafka::transaction::{KeepAlive, Outcome};
 use crate::metrics::Metrics;

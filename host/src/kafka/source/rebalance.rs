@@ -14,6 +14,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Reb
 use rdkafka::ClientContext;
 
 use super::commit::{commit_list, report_commit, report_transaction};
+use super::lock;
 use super::Source;
 use crate::event::Side;
 use crate::join::CommitPoint;
@@ -153,10 +154,6 @@ impl ConsumerContext for RebalanceContext {
             Rebalance::Error(e) => tracing::error!("rebalance error: {e}"),
         }
     }
-}
-
-pub(super) fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
-    shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What changed in the group since the last call, as deltas: the classic eager protocol revokes
