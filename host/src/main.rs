@@ -49,7 +49,8 @@ enum Command {
     /// --events records (and their results) or on Ctrl-C.
     Demo(DemoArgs),
     /// Produce the demo's generated orders and payments to a real broker (topics `orders` and
-    /// `payments`, which must exist with equal partition counts), as examples/orders-payments uses.
+    /// `payments`, which must exist; with unequal partition counts the join repartitions one),
+    /// as examples/orders-payments uses.
     Generate {
         /// The broker, host:port[,host:port…].
         #[arg(long)]
