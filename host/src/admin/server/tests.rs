@@ -59,11 +59,17 @@ fn put(addr: &str, length: usize) -> (u16, String) {
     (status, response.body_mut().read_to_string().unwrap())
 }
 
+/// A raw connection that has sent `request` and waits at most `secs` for each read.
+fn sent(addr: &str, secs: u64, request: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(secs))).unwrap();
+    s.write_all(request).unwrap();
+    s
+}
+
 /// Everything the server sends back to `request` until it closes the connection.
 fn exchange(addr: &str, request: &[u8]) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(request).unwrap();
+    let mut s = sent(addr, 10, request);
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
@@ -71,14 +77,11 @@ fn exchange(addr: &str, request: &[u8]) -> String {
 
 /// A client that sends an upload's head and the first bytes of its body, then nothing.
 fn stalled_upload(addr: &str, length: u64) -> TcpStream {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "PUT /plugins HTTP/1.1\r\nContent-Length: {length}\r\n\r\nabc"
+    sent(
+        addr,
+        5,
+        format!("PUT /plugins HTTP/1.1\r\nContent-Length: {length}\r\n\r\nabc").as_bytes(),
     )
-    .unwrap();
-    s
 }
 
 /// One answer read off a kept-alive connection: its head, then as many body bytes as its
@@ -265,10 +268,11 @@ fn a_body_without_length_or_chunks_or_too_large_is_refused_before_it_is_read() {
     // The head alone: the answer comes before the body, which is never sent. (The server
     // still reads what body comes for a while, so that a client sending it sees the answer:
     // read the answer, not to the end of the connection.)
-    let mut s = TcpStream::connect(&addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    s.write_all(b"PUT /plugins HTTP/1.1\r\nContent-Length: 11\r\n\r\n")
-        .unwrap();
+    let mut s = sent(
+        &addr,
+        2,
+        b"PUT /plugins HTTP/1.1\r\nContent-Length: 11\r\n\r\n",
+    );
     let (head, body) = read_answer(&mut s);
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
     assert!(body.contains("larger than"), "{body}");
@@ -323,10 +327,11 @@ fn an_upload_expecting_100_continue_is_asked_for_its_body_or_refused_without_it(
         ..Limits::default()
     };
     let (addr, stop) = serve(limits);
-    let mut s = TcpStream::connect(&addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"PUT /plugins HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
-        .unwrap();
+    let mut s = sent(
+        &addr,
+        5,
+        b"PUT /plugins HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+    );
     // Nothing of the body has been sent: what comes back first must be the invitation.
     let (interim, _) = read_answer(&mut s);
     assert!(interim.starts_with("HTTP/1.1 100 Continue"), "{interim}");
@@ -335,10 +340,11 @@ fn an_upload_expecting_100_continue_is_asked_for_its_body_or_refused_without_it(
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(body, "5 bytes");
 
-    let mut s = TcpStream::connect(&addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"PUT /plugins HTTP/1.1\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n")
-        .unwrap();
+    let mut s = sent(
+        &addr,
+        5,
+        b"PUT /plugins HTTP/1.1\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n",
+    );
     let (head, body) = read_answer(&mut s);
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
     assert!(body.contains("larger than"), "{body}");
@@ -354,10 +360,7 @@ fn requests_share_a_kept_alive_connection_until_it_goes_idle() {
         ..Limits::default()
     };
     let (addr, stop) = serve(limits);
-    let mut s = TcpStream::connect(&addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\n\r\n")
-        .unwrap();
+    let mut s = sent(&addr, 5, b"GET /metrics HTTP/1.1\r\nHost: admin\r\n\r\n");
     let (head, body) = read_answer(&mut s);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(body, "ok");
