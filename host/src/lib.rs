@@ -22,6 +22,7 @@
 //!   (the language's toolchain) and `deploy` (an upload to a running host's admin server).
 //! - [`repartition`]: which sides of a join are re-keyed into internal topics (a field of the value
 //!   as key, unequal partition counts), and a record's join key. Pure.
+//! - [`quiet`]: a complaint said once, then at most every 30 s with how many were held back.
 //! - [`replay`]: `cojoin plugin test` — a recorded stream through the real tasks and plugin.
 //! - [`report`]: each thing in a host's life (group joined, tasks assigned, commits, swaps), logged
 //!   and counted in one place.
@@ -49,6 +50,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod plugin;
 pub mod project;
+pub mod quiet;
 pub mod repartition;
 pub mod replay;
 pub mod report;

@@ -76,8 +76,8 @@ pub enum Happened<'a> {
         task: i32,
     },
     /// A task's queue for one side passed its share of `memory.queue_bytes`: that partition is
-    /// paused until the queue drains. Frequent under a backlog, so logged at debug; the task
-    /// counts it (`cojoin_backpressure_pauses_total`).
+    /// paused until the queue drains. Frequent under a backlog, so logged at debug; counted
+    /// (`cojoin_backpressure_pauses_total`).
     QueueFull {
         task: i32,
         side: Side,
@@ -228,6 +228,7 @@ impl Happened<'_> {
                 queued,
                 high,
             } => {
+                metrics.backpressure_pauses.inc();
                 tracing::debug!(target: "cojoin::report", task, ?side, queued, high,
                     "queue full: pausing this side's partition until the task drains it");
             }
@@ -285,9 +286,8 @@ impl Happened<'_> {
             ConsumerError { error } => {
                 metrics.consumer_errors.inc();
                 // The same error is returned by poll after poll while a broker is away.
-                if let Some(held) = crate::kafka::quiet::say(&format!("consumer error {error}")) {
-                    let said =
-                        crate::kafka::quiet::with_held(&format!("consumer error: {error}"), held);
+                if let Some(held) = crate::quiet::say(&format!("consumer error {error}")) {
+                    let said = crate::quiet::with_held(&format!("consumer error: {error}"), held);
                     tracing::warn!(target: "cojoin::report", "{said}");
                 }
             }

@@ -233,7 +233,7 @@ fn naps(r: &[cojoin_e2e::broker::ReadRecord]) -> std::collections::HashMap<Strin
 }
 
 /// A rebalance while the workers run long parallel rounds and the run loop polls ahead
-/// (host/src/run/ahead.rs): a backlog whose every call takes 20 ms (the misbehave fixture's
+/// (host/src/kafka/intake/ahead.rs): a backlog whose every call takes 20 ms (the misbehave fixture's
 /// `nap` keys), one host, then a second joins mid-backlog (the classic protocol: every task of
 /// the first is revoked, most likely mid-round). A revoked task's batch in flight must be
 /// neither delivered nor committed: a read_committed reader sees every outcome exactly once.

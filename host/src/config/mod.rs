@@ -60,7 +60,9 @@ pub use join::{JoinConfig, KeySelector, Kind, RecordPolicy, RepartitionPolicy, T
 pub use kafka::{GroupProtocol, KafkaConfig, CLASSIC_ONLY_OPTIONS};
 pub use memory::{MemoryConfig, StateConfig};
 pub use output::{Compression, Guarantee, OutputConfig};
-pub use plugin::{FailurePolicy, PluginConfig, MAX_MEMORY_MIB, MAX_RETRIES};
+pub use plugin::{
+    backoff_before, FailurePolicy, PluginConfig, MAX_BACKOFF, MAX_MEMORY_MIB, MAX_RETRIES,
+};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

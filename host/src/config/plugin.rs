@@ -9,6 +9,16 @@ use serde::Deserialize;
 use super::units::duration;
 use super::yes;
 
+/// The most a retry waits: the backoff doubles up to this.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The wait before retry `retry` (1: the first) of a failed call: `backoff`, doubled for each
+/// retry after the first, up to [`MAX_BACKOFF`].
+pub fn backoff_before(backoff: Duration, retry: u32) -> Duration {
+    let doublings = retry.saturating_sub(1).min(31);
+    backoff.saturating_mul(1u32 << doublings).min(MAX_BACKOFF)
+}
+
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailurePolicy {
@@ -39,7 +49,7 @@ pub struct PluginConfig {
     /// Attempts after the first failed one, at most [`MAX_RETRIES`]. Default: 2.
     #[serde(default = "default_retries")]
     pub retries: u32,
-    /// Wait before the first retry; doubles each time, up to [`crate::task::MAX_BACKOFF`] (30 s).
+    /// Wait before the first retry; doubles each time, up to [`MAX_BACKOFF`] (30 s).
     /// The task waits off its worker. Default: `"100ms"`.
     #[serde(default = "default_backoff", with = "duration")]
     pub backoff: Duration,
@@ -67,7 +77,7 @@ impl PluginConfig {
     /// dead-lettered (or its task halts): every backoff, plus every attempt taking its deadline.
     pub fn worst_case_per_record(&self) -> Duration {
         let backoffs = (1..=self.retries)
-            .map(|retry| crate::task::backoff_before(self.backoff, retry))
+            .map(|retry| backoff_before(self.backoff, retry))
             .fold(Duration::ZERO, Duration::saturating_add);
         backoffs.saturating_add(self.deadline.saturating_mul(self.retries.saturating_add(1)))
     }

@@ -160,13 +160,13 @@ impl Config {
                 "give at most 100 retries, e.g. 2",
             );
         }
-        if self.plugin.backoff > crate::task::MAX_BACKOFF {
+        if self.plugin.backoff > super::MAX_BACKOFF {
             return invalid(
                 "plugin.backoff",
                 &format!(
                     "is {:?}, more than the {:?} a retry waits at most (the backoff doubles up to that)",
                     self.plugin.backoff,
-                    crate::task::MAX_BACKOFF
+                    super::MAX_BACKOFF
                 ),
                 "give the wait before the first retry, at most \"30s\", e.g. \"100ms\"",
             );
@@ -181,7 +181,7 @@ impl Config {
                     self.plugin.retries,
                     self.plugin.backoff,
                     self.plugin.deadline,
-                    crate::task::MAX_BACKOFF,
+                    super::MAX_BACKOFF,
                     u64::from(self.plugin.retries) + 1,
                 ),
                 "lower plugin.retries, plugin.backoff or plugin.deadline (or raise max.poll.interval.ms in kafka.options)",

@@ -1,5 +1,7 @@
 //! The Kafka side. [`client`] configures the librdkafka clients (with [`tls`] and the secrets);
-//! [`source`] is the consumer (records, rebalances, pauses, seeks, end offsets, commits) and
+//! [`source`] is the consumer (records, rebalances, pauses, seeks, end offsets, commits), and
+//! [`intake`] the one owner of the consumer side (the source, tasks paired from its partitions,
+//! what is paused, records polled ahead) that feeds the run loop's tasks;
 //! [`sink`] the producer (outputs, dead letters, acknowledgements, refusals), with
 //! [`transaction`] for exactly-once and [`acks`] for waiting on deliveries; [`repartitioner`]
 //! is the step that re-keys a side into an internal topic; [`authz`] and [`describe`] check the
@@ -15,6 +17,7 @@ pub mod assignment;
 pub mod authz;
 pub mod client;
 pub mod describe;
+pub mod intake;
 pub mod pairing;
 pub mod partitioner;
 pub mod protocol;

@@ -20,7 +20,7 @@ use crate::event::Event;
 use crate::kafka::transaction::{is_fatal, KeepAlive, Outcome, Transactions};
 use crate::metrics::Metrics;
 use crate::report::Happened;
-use crate::task::{Batch, Emit, PartitionTask};
+use crate::task::{Batch, Emit};
 
 mod headers;
 mod remembered;
@@ -128,11 +128,22 @@ pub struct Acknowledged {
     pub dead_letters: u64,
 }
 
+/// An output the broker refused for good: its task decides what becomes of its inputs
+/// (dead-lettered as `output-refused`, or the task halts).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// Which of the delivered batches it was in.
+    pub batch: usize,
+    pub inputs: Vec<Arc<Event>>,
+    /// Why, naming the topic.
+    pub error: String,
+}
+
 /// How a round's delivery ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Delivered {
-    /// Every record acknowledged (refused ones handed to their tasks).
-    Done,
+    /// Every record acknowledged but the outputs refused for good, returned for their tasks.
+    Done(Vec<Refused>),
     /// Exactly-once: a delivery failed, which dooms the open transaction; it was aborted and the
     /// tasks must go back to their last committed points (the reason).
     Aborted(String),
@@ -297,10 +308,11 @@ impl Sink {
         }
     }
 
-    /// Produces every emit of `batches` (one per task in `tasks`, same partitions) and waits for
-    /// each acknowledgement. An output refused for good is handed to its task
-    /// ([`PartitionTask::refused_output`]): the dead letters that makes are appended to that
-    /// task's batch and produced too. Transient failures are sent again until they succeed.
+    /// Produces the emits of `batches` from `from[b]` on in batch b (one batch per task) and
+    /// waits for each acknowledgement. The outputs refused for good are returned
+    /// ([`Delivered::Done`]), for their tasks to decide what becomes of their inputs (dead
+    /// letters appended to the batch, delivered by a next call from where this one ended).
+    /// Transient failures are sent again until they succeed.
     /// Returns an error only when the producer itself cannot go on, or a dead letter is refused
     /// even without its value; nothing is committed then, so a restart replays it.
     ///
@@ -308,16 +320,18 @@ impl Sink {
     /// when it is not polled for `max.poll.interval.ms`).
     pub fn deliver(
         &mut self,
-        batches: &mut [(i32, Batch)],
-        tasks: &mut std::collections::BTreeMap<i32, PartitionTask>,
+        batches: &[(i32, Batch)],
+        from: &[usize],
         keep_alive: KeepAlive<'_>,
     ) -> Result<Delivered> {
         let mut queue: Vec<Origin> = Vec::new();
         for (b, (_, batch)) in batches.iter().enumerate() {
-            for (e, emit) in batch.emits.iter().enumerate() {
+            let first = from.get(b).copied().unwrap_or(0);
+            for (e, emit) in batch.emits.iter().enumerate().skip(first) {
                 push_origins(&mut queue, b, e, emit);
             }
         }
+        let mut refused_outputs: Vec<Refused> = Vec::new();
         let mut backoff = Duration::from_millis(100);
         // Past this, the host stops without committing (a restart replays): it polls no records
         // while it waits, and past max.poll.interval.ms (300 s) the group would give its tasks
@@ -435,7 +449,7 @@ impl Sink {
                 }
             }
             for (origin, why) in refused {
-                let (partition, batch) = &mut batches[origin.batch];
+                let batch = &batches[origin.batch].1;
                 let output = match &batch.emits[origin.emit] {
                     Emit::Output { record, inputs } => Some((
                         record
@@ -454,14 +468,11 @@ impl Sink {
                         records = %crate::event::positions(inputs.iter().map(|e| &**e)),
                         "an output was refused: {error}"
                     );
-                    let Some(task) = tasks.get_mut(partition) else {
-                        continue;
-                    };
-                    let before = batch.emits.len();
-                    task.refused_output(batch, inputs, error);
-                    for e in before..batch.emits.len() {
-                        push_origins(&mut queue, origin.batch, e, &batch.emits[e]);
-                    }
+                    refused_outputs.push(Refused {
+                        batch: origin.batch,
+                        inputs,
+                        error,
+                    });
                 } else if let Some(more) = origin.stripped.more() {
                     if more == Stripped::Value {
                         tracing::warn!("a dead letter was refused ({why}); sending it again without its value (the record stays in its source topic)");
@@ -494,7 +505,7 @@ impl Sink {
                 queue.extend(resend);
             }
         }
-        Ok(Delivered::Done)
+        Ok(Delivered::Done(refused_outputs))
     }
 
     fn await_in_flight(&self, keep_alive: KeepAlive<'_>) -> Result<()> {

@@ -1,7 +1,7 @@
 //! The consuming side of a host: one consumer in the join's group, subscribed to both topics with
-//! the range assignor (partition p of each on the same member). It hands the run loop records as
-//! events, rebalances as revoked and assigned partitions (with the commit points they start
-//! from), end offsets and lag, and commits the points the tasks publish.
+//! the range assignor (partition p of each on the same member). It hands the intake
+//! (kafka/intake.rs) records as events, rebalances as revoked and assigned partitions (with the
+//! commit points they start from), end offsets and lag, and commits the points the tasks publish.
 //!
 //! Rebalance callbacks run inside `poll`, between processing rounds; on revoke they commit the
 //! last published points of the revoked partitions before those go, so the next owner starts
@@ -15,7 +15,7 @@
 //!   revoke-time commit), and the changes the loop takes from them ([`Rebalanced`]).
 //! - [`commit`]: commit points — read back for new tasks, published by the tasks, committed
 //!   (through the consumer, or the exactly-once transaction) — and each outcome reported.
-//! - [`pause`]: pausing and resuming partitions, and the set of those this host paused.
+//! - [`pause`]: pausing and resuming partitions (which are paused is the intake's to know).
 //! - [`seek`]: moving fetch positions back (one partition, or a whole task before it resumes).
 //! - [`watermarks`]: end offsets (asked of the broker, or as last fetched) and lag.
 
@@ -25,7 +25,6 @@ mod rebalance;
 mod seek;
 mod watermarks;
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,11 +65,6 @@ pub struct Source {
     transactions: Option<Arc<SinkTransactions>>,
     /// Every event of a topic shares its name: no allocation of a topic string per record.
     topics: [Arc<str>; 2],
-    /// Partitions this host paused (halted task, lone half, backpressure). librdkafka keeps a
-    /// partition's pause across a revoke and a later assignment, and resuming a partition that is
-    /// not paused restarts its fetch from a stale position: so pauses are tracked here, a task
-    /// starting on a partition paused earlier seeks and resumes it, and only paused ones resume.
-    paused: Mutex<HashSet<(Side, i32)>>,
     /// The consumer group, and who the broker sees this host as: named when the broker refuses.
     group: String,
     principal: String,
@@ -102,7 +96,6 @@ impl Source {
             metrics,
             topics,
             transactions,
-            paused: Mutex::default(),
             group: config.get("group.id").unwrap_or_default().to_owned(),
             principal: "<this host's principal>".to_owned(),
         })

@@ -22,7 +22,7 @@ use super::timeouts::COORDINATED as TIMEOUT;
 /// (librdkafka leaves the group when it is not polled for `max.poll.interval.ms`).
 const STEP: Duration = Duration::from_millis(500);
 
-/// What the run loop does while it waits on the broker: polls the consumer (run/ahead.rs).
+/// What the run loop does while it waits on the broker: polls the consumer (kafka/intake/ahead.rs).
 pub type KeepAlive<'a> = &'a mut dyn FnMut();
 
 /// For a call made where the consumer cannot be polled (a rebalance callback).

@@ -160,62 +160,6 @@ pub fn deploy(
 mod tests {
     use super::*;
 
-    /// The client against the admin server's plumbing, in-process: an upload answered, one
-    /// refused on its size before its body is sent, and a host that is not there.
-    #[test]
-    fn an_upload_reaches_the_admin_server_and_its_refusals_come_back() {
-        use crate::admin::server::{start, Limits};
-        use crate::admin::{Reply, Request};
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::Arc;
-
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let limits = Limits {
-            max_body: 1000,
-            ..Limits::default()
-        };
-        let answer = |r: Request<'_>| match (r.authorization, r.body) {
-            (Some("Bearer s3cret"), Ok(bytes)) => Reply {
-                status: 200,
-                content_type: "application/json",
-                body: serde_json::json!({ "target": r.target, "bytes": bytes.len() }).to_string(),
-            },
-            (_, Ok(_)) => Reply::text(401, "missing or wrong bearer token\n"),
-            (_, Err((status, why))) => Reply::text(status, why),
-        };
-        let (addr, _thread) = start(listener, limits, None, stop.clone(), answer, || {
-            Reply::text(200, "ok")
-        })
-        .unwrap();
-        let url = format!("http://{addr}");
-        assert_eq!(
-            deploy(&url, Some("s3cret"), "fraud", b"\0asm").unwrap(),
-            Outcome::Live(serde_json::json!({ "target": "/plugins/fraud.wasm", "bytes": 4 }))
-        );
-        assert_eq!(
-            deploy(&url, Some("guess"), "fraud", b"\0asm").unwrap(),
-            Outcome::Failed {
-                status: 401,
-                body: "missing or wrong bearer token".into()
-            }
-        );
-        match deploy(&url, Some("s3cret"), "big", &vec![0; 5000]).unwrap() {
-            Outcome::Failed { status: 413, body } => {
-                assert!(body.contains("larger than"), "{body}")
-            }
-            other => panic!("{other:?}"),
-        }
-        stop.store(true, Ordering::Relaxed);
-        // A port nothing listens on (bound, then let go).
-        let gone = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap();
-        let error = deploy(&format!("http://{gone}"), None, "fraud", b"\0asm").unwrap_err();
-        assert!(matches!(error, DeployError::Unreachable { .. }), "{error}");
-        assert!(error.to_string().contains("is the host running"), "{error}");
-    }
-
     #[test]
     fn urls_are_http_host_port_with_an_optional_prefix() {
         let u = parse_url("http://127.0.0.1:9464/").unwrap();

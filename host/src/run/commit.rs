@@ -3,8 +3,8 @@
 
 use anyhow::Result;
 
+use crate::kafka::intake::Intake;
 use crate::kafka::sink::Sink;
-use crate::kafka::source::Source;
 use crate::kafka::transaction::Outcome;
 use crate::report::Happened;
 
@@ -16,13 +16,13 @@ impl Host {
     pub(super) fn after_commit(
         &self,
         outcome: Outcome,
-        source: &Source,
+        intake: &mut Intake,
         sink: &mut Sink,
         run: &mut Running,
     ) -> Result<()> {
         match outcome {
-            Outcome::Aborted(_) => self.rewind_all(source, run),
-            Outcome::Fatal(why) => self.renew_producer(&why, source, sink, run),
+            Outcome::Aborted(_) => intake.rewind_all(&mut run.tasks),
+            Outcome::Fatal(why) => self.renew_producer(&why, intake, sink, run),
             Outcome::Committed { .. } => {
                 run.renewals = 0;
                 Ok(())
@@ -41,7 +41,7 @@ impl Host {
     pub(super) fn renew_producer(
         &self,
         why: &str,
-        source: &Source,
+        intake: &mut Intake,
         sink: &mut Sink,
         run: &mut Running,
     ) -> Result<()> {
@@ -52,8 +52,7 @@ impl Host {
             );
         }
         Happened::ProducerRenewed { why }.emit(&self.metrics);
-        let ahead = &mut run.ahead;
-        sink.renew(&mut || ahead.keep_alive(source))?;
-        self.rewind_all(source, run)
+        sink.renew(&mut || intake.keep_alive())?;
+        intake.rewind_all(&mut run.tasks)
     }
 }

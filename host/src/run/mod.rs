@@ -1,6 +1,6 @@
 //! `cojoin run`: the loop that ties the Kafka source, the tasks, the plugin and the Kafka sink.
 //!
-//! The life of a record: the [`Source`] polls it and hands it, as an event of the left or right
+//! The life of a record: the [`Intake`](crate::kafka::intake::Intake) polls it and hands it, as an event of the left or right
 //! side, to the [`PartitionTask`] of its partition number, which queues it. Each round the tasks
 //! run on the worker threads (one plugin instance each, `plugin.workers`): a task takes the
 //! records its queue allows in timestamp order, joins them, and calls the plugin for each match and
@@ -18,14 +18,13 @@
 //! under the classic one every rebalance revokes and restarts every task.
 
 pub mod action;
-mod ahead;
 mod commit;
-mod intake;
 mod publish;
 mod round;
 mod setup;
+mod tasks;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,30 +32,24 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::config::Config;
-use crate::join::{CommitPoint, SpillDir};
-use crate::kafka::pairing::Pairing;
+use crate::join::SpillDir;
 use crate::kafka::repartitioner::Repartitioner;
-use crate::kafka::source::Source;
-use crate::kafka::transaction::{no_keep_alive, Outcome};
+use crate::kafka::transaction::Outcome;
 use crate::metrics::Metrics;
 use crate::plugin::PluginRegistry;
 use crate::report::Happened;
 use crate::task::backpressure::QueueMarks;
-use crate::task::{PartitionTask, TaskCounters, TaskPolicy};
-use ahead::Polled;
+use crate::task::PartitionTask;
 use setup::Started;
+use tasks::Held;
 
 /// Exactly-once: transactional producers renewed in a row, without a commit between, before
 /// the host stops (see [`Host::renew_producer`]).
 const MAX_RENEWALS: u32 = 3;
 /// How often consumer lag is recomputed for the metrics.
 const LAG_INTERVAL: Duration = Duration::from_secs(2);
-/// A task waiting longer than this for its pair is reported (a log line) once.
-const WAITING_REPORTED_AFTER: Duration = Duration::from_secs(5);
 /// The least `join.max_idle` of a join reading an internal repartition topic.
 const REPARTITIONED_MAX_IDLE_MS: i64 = 1000;
-/// Records polled at most per round, so that rounds (and commits) keep coming under a backlog.
-const POLL_PER_ROUND: usize = 10_000;
 /// How long a round waits for its first record (ms), when no task has more to do now.
 const POLL_WAIT_MS: i64 = 50;
 /// How long a task takes records for in one round: a round lasts about as long as its longest
@@ -82,55 +75,41 @@ pub struct Host {
     pub heartbeat_ms: Arc<AtomicU64>,
 }
 
-/// What the loop holds between rounds.
+/// What the loop holds between rounds, beside the intake.
 struct Running {
-    tasks: BTreeMap<i32, PartitionTask>,
-    /// Counters of tasks this host no longer holds, so the exported totals never go down.
-    retired: TaskCounters,
-    /// Records consumed per side.
-    consumed: [u64; 2],
+    tasks: Held,
     /// The totals the metrics were last brought up to (publish.rs).
     published: publish::Published,
     lags: HashMap<i32, [Option<i64>; 2]>,
-    /// Which partitions this host holds, and which tasks are active (both halves held).
-    pairing: Pairing,
-    /// Tasks already reported as waiting for their pair.
-    waiting_reported: BTreeSet<i32>,
-    policy: TaskPolicy,
     /// `memory.queue_bytes`, shared by the tasks held (task/backpressure.rs).
     queue_bytes: u64,
-    /// `memory.state_bytes`, shared by the tasks held, and where state beyond it goes.
-    state_bytes: u64,
-    spill: Arc<SpillDir>,
-    /// A record larger than a task side's queue share was reported (once per host).
-    large_record_reported: bool,
-    /// Records polled while the last round ran, not yet handed to their tasks.
-    ahead: Polled,
     /// Exactly-once: transactional producers renewed since the last committed transaction.
     renewals: u32,
-    /// Times the consumer was made again because the broker still held its static member id.
-    id_held_attempts: u32,
 }
 
 impl Running {
     fn marks(&self) -> QueueMarks {
-        QueueMarks::new(self.queue_bytes, self.tasks.len())
+        QueueMarks::new(self.queue_bytes, self.tasks.map.len())
     }
 
-    /// Each task's share of `memory.state_bytes`.
-    fn state_budget(&self) -> usize {
-        usize::try_from(self.state_bytes / self.tasks.len().max(1) as u64).unwrap_or(usize::MAX)
-    }
-
-    /// A task starting at its committed points, its state spilling to this host's directory.
-    fn start_task(&self, source: &Source, p: i32, start: [CommitPoint; 2]) -> PartitionTask {
-        let mut task = PartitionTask::new(p, self.policy.clone(), start);
-        task.set_wall_clock(crate::clock::now_ms() as i64);
-        // The consumer's cached end offsets may predate this assignment (kept from an earlier
-        // one): the broker's answer now is the floor below which they are not trusted.
-        task.set_end_offset_floors(source.end_offsets(p));
-        task.spill_to(self.spill.clone());
-        task
+    /// How long the first poll of a round may wait for a record: not at all when a task has
+    /// `more` to do now; else until a parked task's backoff passed (a task waiting to retry a
+    /// failed call runs again then, and a parked task alone does not spin), at most
+    /// [`POLL_WAIT_MS`]. `now` is the loop's clock (ms since it started).
+    fn poll_wait(&self, more: bool, now: i64) -> Duration {
+        if more {
+            return Duration::ZERO;
+        }
+        let ms = self
+            .tasks
+            .map
+            .values()
+            .filter_map(PartitionTask::parked_until)
+            .min()
+            .map_or(POLL_WAIT_MS, |until| {
+                until.saturating_sub(now).clamp(0, POLL_WAIT_MS)
+            });
+        Duration::from_millis(ms as u64)
     }
 }
 
@@ -165,8 +144,7 @@ impl Host {
         let Started {
             mut repartitioner,
             mut sink,
-            mut source,
-            new_source,
+            mut intake,
             mut workers,
             mut run,
         } = self.start()?;
@@ -176,31 +154,30 @@ impl Host {
         // A task stopped at its batch budget last round with records left: no waiting to poll.
         let mut more = false;
         while !shutdown.load(Ordering::Relaxed) {
-            self.poll(&mut source, &new_source, &mut run, more, started)?;
-            more = self.round(&source, &mut sink, &mut workers, &mut run, started)?;
+            let wait = run.poll_wait(more, started.elapsed().as_millis() as i64);
+            intake.poll(&mut run.tasks, wait)?;
+            more = self.round(&mut intake, &mut sink, &mut workers, &mut run, started)?;
             if let Some(why) = repartitioner.as_mut().and_then(Repartitioner::stopped) {
                 // The join would wait on internal topics that no longer fill.
                 anyhow::bail!("the repartition step stopped: {why}; stopping without committing (a restart resumes from the last commit)");
             }
-            self.report_waiting(&mut run);
+            intake.report_waiting(&cfg.join.left, &cfg.join.right);
             if last_lag.elapsed() >= LAG_INTERVAL {
-                run.lags = source.lag(run.tasks.keys().copied());
+                run.lags = intake.lag(&run.tasks);
                 last_lag = Instant::now();
             }
-            self.publish_metrics(&mut run, &mut workers, sink.acknowledged());
+            self.publish_metrics(&intake, &mut run, &mut workers, sink.acknowledged());
             self.heartbeat_ms
                 .store(crate::clock::now_ms(), Ordering::Relaxed);
             if last_commit.elapsed() >= cfg.output.commit_interval() {
-                let outcome = source.commit(&mut || run.ahead.keep_alive(&source));
-                self.after_commit(outcome, &source, &mut sink, &mut run)?;
+                let outcome = intake.commit();
+                self.after_commit(outcome, &mut intake, &mut sink, &mut run)?;
                 last_commit = Instant::now();
             }
         }
-        let outcome = source.commit(&mut no_keep_alive);
-        if let Outcome::Fatal(why) = outcome {
+        if let Outcome::Fatal(why) = intake.leave() {
             anyhow::bail!("{why}; stopping (a restart resumes from the last commit)");
         }
-        source.close();
         Happened::LeftGroup.emit(&self.metrics);
         Ok(())
     }

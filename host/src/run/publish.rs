@@ -1,5 +1,4 @@
-//! What the loop tells between rounds: tasks waiting for their pair, and the round's counts and
-//! gauges added to the metrics.
+//! What the loop tells between rounds: the round's counts and gauges added to the metrics.
 //!
 //! The tasks keep running totals in plain numbers (no atomic per record); once a round, the
 //! loop adds to each counter what its total gained since the last round ([`Published`] keeps
@@ -9,13 +8,13 @@ use std::collections::BTreeSet;
 
 use prometheus_client::metrics::counter::Counter;
 
+use crate::kafka::intake::Intake;
 use crate::kafka::sink::Acknowledged;
 use crate::metrics::{Metrics, TaskGauges, Topic};
-use crate::report::Happened;
 use crate::task::TaskCounters;
 
 use super::action::MeteredAction;
-use super::{Host, Running, WAITING_REPORTED_AFTER};
+use super::{Host, Running};
 
 /// What the last round added to the metrics: the totals its counts went up to, and the tasks
 /// whose gauges it set.
@@ -27,8 +26,11 @@ pub(super) struct Published {
     tasks: BTreeSet<i32>,
 }
 
+/// One of a task's counts, read from its counters.
+type Count = fn(&TaskCounters) -> u64;
+
 /// The counter of each task count.
-fn task_counts(m: &Metrics) -> [(&Counter, fn(&TaskCounters) -> u64); 12] {
+fn task_counts(m: &Metrics) -> [(&Counter, Count); 11] {
     [
         (&m.matches, |c| c.matches),
         (&m.expiries, |c| c.expiries),
@@ -39,39 +41,18 @@ fn task_counts(m: &Metrics) -> [(&Counter, fn(&TaskCounters) -> u64); 12] {
         (&m.dead_lettered_records, |c| c.dead_lettered),
         (&m.refused_outputs, |c| c.refused_outputs),
         (&m.replay_suppressed, |c| c.suppressed),
-        (&m.backpressure_pauses, |c| c.pauses),
         (&m.state_spilled_bytes, |c| c.spilled_bytes),
         (&m.state_read_back_bytes, |c| c.read_back_bytes),
     ]
 }
 
 impl Host {
-    /// Says once of each task whose lone half has waited for its pair longer than
-    /// [`WAITING_REPORTED_AFTER`].
-    pub(super) fn report_waiting(&self, run: &mut Running) {
-        let now = crate::clock::now_ms() as i64;
-        let (left, right) = (&self.config.join.left, &self.config.join.right);
-        for (p, since) in run.pairing.waiting_since() {
-            let waited_ms = now - since;
-            if waited_ms >= WAITING_REPORTED_AFTER.as_millis() as i64
-                && run.waiting_reported.insert(p)
-            {
-                Happened::TaskWaiting {
-                    task: p,
-                    waited_ms,
-                    left,
-                    right,
-                }
-                .emit(&self.metrics);
-            }
-        }
-    }
-
     /// Adds this round's counts to the metrics and sets the gauges (atomics, once per round;
     /// nothing per record). Causes before effects: a scrape that sees an output acknowledged
     /// also sees the match that made it.
     pub(super) fn publish_metrics(
         &self,
+        intake: &Intake,
         run: &mut Running,
         workers: &mut [MeteredAction],
         acknowledged: Acknowledged,
@@ -79,17 +60,15 @@ impl Host {
         let m = &*self.metrics;
         let was = &run.published;
         let sides = [&self.config.join.left, &self.config.join.right];
-        for ((topic, now), was) in sides.into_iter().zip(run.consumed).zip(was.consumed) {
+        let consumed = intake.consumed();
+        for ((topic, now), was) in sides.into_iter().zip(consumed).zip(was.consumed) {
             m.records_consumed
                 .get_or_create(&Topic {
                     topic: topic.clone(),
                 })
                 .inc_by(now.saturating_sub(was));
         }
-        let mut counters = run.retired.clone();
-        for task in run.tasks.values() {
-            counters.add(&task.counters);
-        }
+        let counters = run.tasks.counters();
         for (counter, count) in task_counts(m) {
             counter.inc_by(count(&counters).saturating_sub(count(&was.counters)));
         }
@@ -109,7 +88,7 @@ impl Host {
         m.records_produced.inc_by(outputs + dead_letters);
 
         let mut paused = 0;
-        for (p, task) in &run.tasks {
+        for (p, task) in &run.tasks.map {
             let (events, bytes) = task.held();
             let store = task.store_stats();
             let gauges = TaskGauges {
@@ -119,22 +98,22 @@ impl Host {
                 disk_bytes: store.disk_bytes,
                 queued_bytes: task.queued_bytes(),
                 queued_peak_bytes: task.queued_peak_bytes(),
-                paused: task.paused_sides(),
+                paused: intake.backpressured(*p).into_iter().filter(|&b| b).count(),
                 lag: run.lags.get(p).copied().unwrap_or_default(),
             };
             paused += gauges.paused;
             m.set_task(*p, &gauges);
         }
-        let held: BTreeSet<i32> = run.tasks.keys().copied().collect();
+        let held: BTreeSet<i32> = run.tasks.map.keys().copied().collect();
         for gone in was.tasks.difference(&held) {
             m.forget_task(*gone);
         }
         m.paused_partitions.set(paused as i64);
-        m.tasks_waiting_for_pair.set(run.pairing.waiting() as i64);
-        m.assigned_tasks.set(run.tasks.len() as i64);
+        m.tasks_waiting_for_pair.set(intake.waiting() as i64);
+        m.assigned_tasks.set(run.tasks.map.len() as i64);
         run.published = Published {
             counters,
-            consumed: run.consumed,
+            consumed,
             acknowledged,
             tasks: held,
         };

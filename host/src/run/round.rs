@@ -1,19 +1,19 @@
 //! One round: every task that can run takes its records and calls the plugin on the worker
 //! threads while this thread polls ahead; the batches are delivered, acknowledged to their tasks,
-//! and the tasks' commit points published to the source.
+//! and the tasks' commit points published to the intake.
 
 use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::kafka::sink::{Delivered, Sink};
-use crate::kafka::source::Source;
+use crate::kafka::intake::Intake;
+use crate::kafka::sink::{Delivered, Refused, Sink};
 use crate::report::Happened;
-use crate::task::backpressure::{self};
-use crate::task::pool;
+use crate::task::{pool, Batch};
 
 use super::action::MeteredAction;
-use super::{Host, Running, POLL_PER_ROUND, ROUND_TASK_TIME};
+use super::tasks::Held;
+use super::{Host, Running, ROUND_TASK_TIME};
 
 impl Host {
     /// One plugin instance per worker thread; tasks are dealt to them each round (task/pool.rs).
@@ -36,7 +36,7 @@ impl Host {
     /// tasks' commit points. True when a task stopped at its batch budget (it has more to do).
     pub(super) fn round(
         &self,
-        source: &Source,
+        intake: &mut Intake,
         sink: &mut Sink,
         workers: &mut [MeteredAction],
         run: &mut Running,
@@ -45,9 +45,9 @@ impl Host {
         let now = started.elapsed().as_millis() as i64;
         let wall_clock = crate::clock::now_ms() as i64;
         let mut running = Vec::new();
-        let state_budget = run.state_budget();
+        let state_budget = run.tasks.state_budget();
         let marks = run.marks();
-        for task in run.tasks.values_mut() {
+        for task in run.tasks.map.values_mut() {
             if task.halted().is_some() {
                 continue;
             }
@@ -56,24 +56,17 @@ impl Host {
             task.set_batch_budget(2 * marks.high);
             task.set_time_budget(ROUND_TASK_TIME);
             task.set_wall_clock(wall_clock);
-            task.set_end_offsets(source.cached_end_offsets(task.partition));
+            task.set_end_offsets(intake.end_offsets_seen(task.partition));
+            task.set_backpressured(intake.backpressured(task.partition));
             running.push(task);
         }
         // Meanwhile this thread polls the next round's records.
-        let ahead_bytes = backpressure::polled_ahead_bytes(run.queue_bytes) as usize;
-        let ahead = &mut run.ahead;
-        let mut poll_ahead = |running: &dyn Fn() -> bool| {
-            ahead.poll_while(source, running, POLL_PER_ROUND, ahead_bytes)
-        };
+        let mut poll_ahead = |running: &dyn Fn() -> bool| intake.poll_ahead(running);
         let mut batches = pool::run_round_beside(running, workers, now, Some(&mut poll_ahead));
         // A partition revoked meanwhile: its task's points were committed in the callback and
         // the task stops when the rebalance is applied; its batch is not delivered (the next
         // owner makes it again from those points), nor are its points published again.
-        let revoked = if run.ahead.rebalance {
-            source.revoked_pending()
-        } else {
-            Default::default()
-        };
+        let revoked = intake.revoked_meanwhile();
         if !revoked.is_empty() {
             let dropped: Vec<i32> = batches
                 .iter()
@@ -87,32 +80,23 @@ impl Host {
             );
             batches.retain(|(p, _)| !revoked.contains(p));
         }
-        // Every task's batch is sent, then all are awaited at once: one round trip per round.
-        // Meanwhile the consumer is polled, so a broker away does not cost the group membership.
-        let ahead = &mut run.ahead;
-        match sink.deliver(&mut batches, &mut run.tasks, &mut || {
-            ahead.keep_alive(source)
-        })? {
-            Delivered::Done => {}
+        match deliver(intake, sink, &mut batches, &mut run.tasks)? {
+            Delivered::Done(_) => {}
             Delivered::Aborted(why) => {
                 Happened::TransactionAborted { why: &why }.emit(&self.metrics);
-                self.rewind_all(source, run)?;
+                intake.rewind_all(&mut run.tasks)?;
                 return Ok(false);
             }
             Delivered::Fenced(why) => {
-                self.renew_producer(&why, source, sink, run)?;
+                self.renew_producer(&why, intake, sink, run)?;
                 return Ok(false);
             }
         }
         // A partition revoked by a keep-alive poll: its points are not this host's to publish.
-        let revoked = if run.ahead.rebalance {
-            source.revoked_pending()
-        } else {
-            revoked
-        };
+        let revoked = intake.revoked_meanwhile();
         let more = batches.iter().any(|(_, b)| b.is_full());
         for (partition, batch) in batches {
-            let Some(task) = run.tasks.get_mut(&partition) else {
+            let Some(task) = run.tasks.map.get_mut(&partition) else {
                 continue;
             };
             task.acknowledge(batch);
@@ -124,15 +108,46 @@ impl Host {
                     right: &self.config.join.right,
                 }
                 .emit(&self.metrics);
-                source.pause(partition)?;
+                intake.halt(partition)?;
             }
         }
-        for (p, task) in run.tasks.iter_mut() {
+        for (p, task) in run.tasks.map.iter_mut() {
             if !revoked.contains(p) {
-                source.publish(*p, task.commit_points());
+                intake.publish(*p, task.commit_points());
             }
         }
-        self.resume_drained(source, run)?;
+        intake.resume_drained(&run.tasks)?;
         Ok(more)
+    }
+}
+
+/// Delivers every task's batch: all sent, then all awaited at once (one round trip per round),
+/// the consumer polled meanwhile so that a broker away does not cost the group membership. An
+/// output refused for good goes to its task, whose dead letters for it (if its policy makes
+/// any) are delivered next. Ends with [`Delivered::Done`] once nothing is left to send.
+fn deliver(
+    intake: &mut Intake,
+    sink: &mut Sink,
+    batches: &mut [(i32, Batch)],
+    tasks: &mut Held,
+) -> Result<Delivered> {
+    let mut from = vec![0; batches.len()];
+    loop {
+        let refused = match sink.deliver(batches, &from, &mut || intake.keep_alive())? {
+            Delivered::Done(refused) if !refused.is_empty() => refused,
+            delivered => return Ok(delivered),
+        };
+        from = batches.iter().map(|(_, b)| b.emits.len()).collect();
+        for Refused {
+            batch,
+            inputs,
+            error,
+        } in refused
+        {
+            let (partition, batch) = &mut batches[batch];
+            if let Some(task) = tasks.map.get_mut(partition) {
+                task.refused_output(batch, inputs, error);
+            }
+        }
     }
 }

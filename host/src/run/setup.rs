@@ -1,13 +1,13 @@
 //! What `cojoin run` starts before its loop: the group protocol chosen, the authorisations
 //! checked, the repartition step (if a side is re-keyed), the sink, the source subscribed, the
-//! worker threads, and the loop's state.
+//! intake, the worker threads, and the loop's state.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use anyhow::Result;
 
 use crate::config::Guarantee;
-use crate::kafka::pairing::Pairing;
+use crate::kafka::intake::Intake;
 use crate::kafka::protocol::{self, Protocol};
 use crate::kafka::repartitioner::{self, Repartitioner};
 use crate::kafka::sink::Sink;
@@ -17,25 +17,22 @@ use crate::kafka::{assignment, authz, client};
 use crate::repartition;
 use crate::report::Happened;
 use crate::task::backpressure::{self};
-use crate::task::TaskCounters;
 
 use super::action::MeteredAction;
-use super::ahead::Polled;
+use super::tasks::Held;
 use super::{spill_dir, Host, Running, REPARTITIONED_MAX_IDLE_MS};
 
 /// What the loop runs with.
-pub(super) struct Started<'a> {
+pub(super) struct Started {
     pub repartitioner: Option<Repartitioner>,
     pub sink: Sink,
-    pub source: Source,
-    /// Makes the source again (a static member whose id the broker still holds).
-    pub new_source: Box<dyn Fn() -> Result<Source> + 'a>,
+    pub intake: Intake,
     pub workers: Vec<MeteredAction>,
     pub run: Running,
 }
 
 impl Host {
-    pub(super) fn start(&self) -> Result<Started<'_>> {
+    pub(super) fn start(&self) -> Result<Started> {
         let cfg = &self.config;
         // A side re-keyed into an internal topic is read from there (crate::repartition).
         let source_counts = repartitioner::partition_counts(cfg)?;
@@ -87,6 +84,7 @@ impl Host {
         let transactions = sink.transactions();
         let metrics = self.metrics.clone();
         let (source_left, source_right) = (left.clone(), right.clone());
+        let principal = crate::acl::principal(cfg);
         let new_source = move || -> Result<Source> {
             let mut source = Source::new(
                 &consumer_config,
@@ -95,7 +93,7 @@ impl Host {
                 metrics.clone(),
                 transactions.clone(),
             )?;
-            source.set_principal(crate::acl::principal(cfg));
+            source.set_principal(principal.clone());
             Ok(source)
         };
         let source = new_source()?;
@@ -125,28 +123,24 @@ impl Host {
         }
         let spill = spill_dir(&cfg.state.dir())?;
         let workers = self.start_workers(counts[0])?;
+        let intake = Intake::new(
+            source,
+            Box::new(new_source),
+            protocol == Protocol::Classic,
+            cfg.memory.queue_bytes,
+            self.metrics.clone(),
+        );
         let run = Running {
-            tasks: BTreeMap::new(),
-            retired: TaskCounters::default(),
-            consumed: [0; 2],
+            tasks: Held::new(policy, cfg.memory.state_bytes, spill),
             published: Default::default(),
             lags: HashMap::new(),
-            pairing: Pairing::new(protocol == Protocol::Classic),
-            waiting_reported: BTreeSet::new(),
-            policy,
             queue_bytes: cfg.memory.queue_bytes,
-            state_bytes: cfg.memory.state_bytes,
-            spill,
-            large_record_reported: false,
-            ahead: Polled::default(),
             renewals: 0,
-            id_held_attempts: 0,
         };
         Ok(Started {
             repartitioner,
             sink,
-            source,
-            new_source: Box::new(new_source),
+            intake,
             workers,
             run,
         })

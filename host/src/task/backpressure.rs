@@ -1,5 +1,6 @@
 //! Backpressure: how much of `memory.queue_bytes` a task's queue may hold before the I/O layer
-//! pauses its partitions, and when they resume. Pure: the run loop pauses and resumes.
+//! pauses its partitions, and when they resume. Pure: the intake (kafka/intake.rs) pauses and
+//! resumes.
 //!
 //! A quarter of the budget goes to librdkafka's prefetch (`queued.max.messages.kbytes`, which
 //! also caps `fetch.max.bytes`), an eighth to the records the run loop polls while the workers
@@ -38,6 +39,16 @@ impl QueueMarks {
             low: high / 2,
         }
     }
+
+    /// Whether a side with `queued` bytes must pause now (`paused`: it is already).
+    pub fn must_pause(&self, queued: usize, paused: bool) -> bool {
+        !paused && queued > self.high
+    }
+
+    /// Whether a side paused for backpressure with `queued` bytes may resume.
+    pub fn may_resume(&self, queued: usize) -> bool {
+        queued <= self.low
+    }
 }
 
 #[cfg(test)]
@@ -54,5 +65,18 @@ mod tests {
         assert_eq!(m.low, 5 << 19);
         // No task yet: the whole queue share as one task's.
         assert_eq!(QueueMarks::new(64 << 20, 0).high, 20 << 20);
+    }
+
+    #[test]
+    fn a_side_pauses_past_its_high_mark_once_and_resumes_at_its_low_mark() {
+        let m = QueueMarks {
+            high: 300,
+            low: 150,
+        };
+        assert!(!m.must_pause(300, false), "at the high mark");
+        assert!(m.must_pause(301, false));
+        assert!(!m.must_pause(301, true), "paused already");
+        assert!(!m.may_resume(151));
+        assert!(m.may_resume(150));
     }
 }

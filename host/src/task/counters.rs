@@ -19,8 +19,6 @@ pub struct TaskCounters {
     pub refused_outputs: u64,
     /// Outcomes not acted on again because a previous owner had (replay).
     pub suppressed: u64,
-    /// Partitions paused for backpressure (counted by the I/O layer, which pauses them).
-    pub pauses: u64,
     /// Join state bytes moved to disk and read back (from the state's store).
     pub spilled_bytes: u64,
     pub read_back_bytes: u64,
@@ -40,7 +38,6 @@ impl TaskCounters {
         self.dead_lettered += other.dead_lettered;
         self.refused_outputs += other.refused_outputs;
         self.suppressed += other.suppressed;
-        self.pauses += other.pauses;
         self.spilled_bytes += other.spilled_bytes;
         self.read_back_bytes += other.read_back_bytes;
     }

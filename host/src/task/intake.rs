@@ -1,8 +1,7 @@
 //! A task's intake: the records the I/O layer pushes into its queue, what it tells the queue about
-//! the partitions (end offsets, the wall clock), and backpressure: when a side's queue is too full
-//! and its partition must pause, and when it has drained enough to resume.
+//! the partitions (end offsets, the wall clock, which sides are paused for backpressure), and
+//! what it has queued.
 
-use super::backpressure::QueueMarks;
 use super::PartitionTask;
 use crate::event::{Event, Side};
 use crate::join::Admission;
@@ -61,39 +60,16 @@ impl PartitionTask {
         self.queue.peak_bytes()
     }
 
-    /// Sides paused for backpressure.
-    pub fn paused_sides(&self) -> usize {
-        [Side::Left, Side::Right]
-            .into_iter()
-            .filter(|&s| self.queue.is_paused(s))
-            .count()
+    /// Bytes of the records buffered on one side.
+    pub fn queued_side_bytes(&self, side: Side) -> usize {
+        self.queue.bytes(side)
     }
 
-    /// Whether `side`'s partition must be paused now: its queue passed `marks.high`. The side
-    /// is then marked paused (the queue waits for it rather than idling past it); the caller
-    /// pauses the partition.
-    pub fn pause_if_full(&mut self, side: Side, marks: QueueMarks) -> bool {
-        if self.queue.is_paused(side) || self.queue.bytes(side) <= marks.high {
-            return false;
-        }
-        self.queue.set_paused(side, true);
-        self.counters.pauses += 1;
-        true
-    }
-
-    /// Sides paused for backpressure whose queue drained to `marks.low`: marked resumed; the
-    /// caller resumes their partitions. A halted task's stay paused.
-    pub fn drained(&mut self, marks: QueueMarks) -> Vec<Side> {
-        if self.halted.is_some() {
-            return Vec::new();
-        }
-        let sides: Vec<Side> = [Side::Left, Side::Right]
-            .into_iter()
-            .filter(|&s| self.queue.is_paused(s) && self.queue.bytes(s) <= marks.low)
-            .collect();
-        for &side in &sides {
-            self.queue.set_paused(side, false);
-        }
-        sides
+    /// Which sides' partitions are paused for backpressure now (left, right), as the I/O layer
+    /// keeps them: an empty paused side is waited for, not idled past (its records are on the
+    /// broker).
+    pub fn set_backpressured(&mut self, paused: [bool; 2]) {
+        self.queue.set_paused(Side::Left, paused[0]);
+        self.queue.set_paused(Side::Right, paused[1]);
     }
 }

@@ -16,7 +16,7 @@
 //! The task's concerns, each in a file of its own:
 //! - [`action`]: the [`Action`] trait the task calls;
 //! - [`policy`]: [`TaskPolicy`] and the topics a plugin's records may go to;
-//! - [`intake`]: records pushed in, and backpressure on its queue;
+//! - [`intake`]: records pushed in, and what the I/O layer tells it of its partitions;
 //! - [`calls`]: calling the action for an outcome, one by one or in a batch;
 //! - [`retry`]: parking on a failed call until its backoff passed;
 //! - [`dead_letter`]: records rejected by policy and outputs refused;
@@ -46,12 +46,12 @@ use crate::join::{Admission, CommitPoint, JoinOutcome, JoinState, ReplayBounds, 
 use calls::Deferred;
 use retry::{Clock, Parked, Step};
 
+pub use crate::config::{backoff_before, MAX_BACKOFF};
 pub use action::{Action, ActionFailure};
 pub use batch::{Batch, Emit};
 pub use counters::TaskCounters;
 pub use dead_letter::{DeadLetter, DeadLetterReason};
 pub use policy::{OutputTopics, TaskPolicy};
-pub use retry::{backoff_before, MAX_BACKOFF};
 
 pub struct PartitionTask {
     pub partition: i32,

@@ -1,15 +1,16 @@
 //! Retrying a failed call without holding a worker: the task parks ([`Parked`]) on the call with
 //! everything taken after it, its `run` stops there and returns its batch, and the call is made
-//! again in the first `run` at or after its backoff (doubling up to [`MAX_BACKOFF`]). Meanwhile
-//! the other tasks go on, and nothing after the call is done before it.
+//! again in the first `run` at or after its backoff (doubling up to
+//! [`crate::config::MAX_BACKOFF`]). Meanwhile the other tasks go on, and nothing after the call
+//! is done before it.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::action::CallResult;
 use super::batch::RunPoint;
 use super::{Action, Batch, DeadLetterReason, Emit, PartitionTask};
-use crate::config::RecordPolicy;
+use crate::config::{backoff_before, RecordPolicy};
 use crate::event::{Event, Side};
 use crate::join::JoinOutcome;
 
@@ -72,16 +73,6 @@ impl Parked {
         }
         needs
     }
-}
-
-/// The most a retry waits: the backoff doubles up to this.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
-/// The wait before retry `retry` (1: the first) of a failed call: `backoff`, doubled for each
-/// retry after the first, up to [`MAX_BACKOFF`].
-pub fn backoff_before(backoff: Duration, retry: u32) -> Duration {
-    let doublings = retry.saturating_sub(1).min(31);
-    backoff.saturating_mul(1u32 << doublings).min(MAX_BACKOFF)
 }
 
 /// `run`'s clock: what it was given, plus the time since the run started.

@@ -6,7 +6,6 @@ use anyhow::{Context as _, Result};
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::pause::lock_paused;
 use super::{Source, TIMEOUT};
 use crate::event::Side;
 use crate::join::CommitPoint;
@@ -31,7 +30,8 @@ impl Source {
     }
 
     /// Moves partition p of both topics back to where task p starts and fetches them: what was
-    /// read of a half while it waited for its pair was dropped.
+    /// read of a half while it waited for its pair was dropped, and a partition paused earlier
+    /// (librdkafka keeps a pause across a revoke) fetches again.
     pub fn rewind_and_resume(&self, p: i32, start: &[CommitPoint; 2]) -> Result<()> {
         let mut tpl = TopicPartitionList::new();
         for (topic, point) in self.topics.iter().zip(start) {
@@ -49,10 +49,6 @@ impl Source {
         }
         self.consumer
             .resume(&tpl)
-            .with_context(|| format!("resuming task {p}"))?;
-        let mut paused = lock_paused(&self.paused);
-        paused.remove(&(Side::Left, p));
-        paused.remove(&(Side::Right, p));
-        Ok(())
+            .with_context(|| format!("resuming task {p}"))
     }
 }

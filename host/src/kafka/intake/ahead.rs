@@ -26,7 +26,7 @@ pub struct Polled {
 
 impl Polled {
     /// How many records it holds.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.before.len() + self.after.len()
     }
 

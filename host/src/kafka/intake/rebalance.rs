@@ -1,0 +1,122 @@
+//! Rebalances applied to the tasks: what the consumer's rebalance callbacks recorded becomes, by
+//! way of the pairing (kafka/pairing.rs), tasks stopped, lone halves paused, and tasks started
+//! from their committed points; each reported. Tasks not named keep running with their state
+//! and queue.
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use super::paused::Pause;
+use super::{Intake, Tasks};
+use crate::event::Side;
+use crate::report::Happened;
+
+/// A task waiting longer than this for its pair is reported (a log line) once.
+const WAITING_REPORTED_AFTER: Duration = Duration::from_secs(5);
+
+impl Intake {
+    /// Applies what the rebalance callbacks recorded: stops the tasks that lost a partition,
+    /// pauses halves without their pair, starts the tasks whose pair is complete from their
+    /// committed offsets and processed-through metadata.
+    pub(super) fn apply_rebalance(&mut self, tasks: &mut impl Tasks) -> Result<()> {
+        let rebalanced = self.source.rebalanced();
+        if rebalanced.revoked.is_empty() && rebalanced.assigned.is_empty() && !rebalanced.assignment
+        {
+            return Ok(());
+        }
+        let now = crate::clock::now_ms() as i64;
+        let (changes, mut settled) =
+            self.pairing
+                .apply(&rebalanced.revoked, &rebalanced.assigned, now);
+        if rebalanced.assignment && rebalanced.assigned.is_empty() {
+            settled = settled.or(self.pairing.assigned_nothing(now));
+        }
+        let numbers = |moved: &[(Side, i32)], side: Side| -> Vec<i32> {
+            let mut ps: Vec<i32> = moved
+                .iter()
+                .filter(|(s, _)| *s == side)
+                .map(|(_, p)| *p)
+                .collect();
+            ps.sort_unstable();
+            ps
+        };
+        if !rebalanced.revoked.is_empty() {
+            Happened::PartitionsRevoked {
+                left: &numbers(&rebalanced.revoked, Side::Left),
+                right: &numbers(&rebalanced.revoked, Side::Right),
+            }
+            .emit(&self.metrics);
+        }
+        if rebalanced.assignment {
+            self.metrics.set_member(self.source.member_id());
+            let [left, right] = self.pairing.held();
+            Happened::Assignment {
+                left: &left,
+                right: &right,
+                added: [
+                    &numbers(&rebalanced.assigned, Side::Left),
+                    &numbers(&rebalanced.assigned, Side::Right),
+                ],
+            }
+            .emit(&self.metrics);
+        }
+        for &p in &changes.stop {
+            if tasks.stop(p) {
+                Happened::TaskRevoked { task: p }.emit(&self.metrics);
+            }
+        }
+        for &(side, p) in &changes.pause {
+            self.pause(side, p, Pause::LoneHalf)?;
+        }
+        if !changes.start.is_empty() {
+            let new: Vec<i32> = changes.start.iter().map(|(p, _)| *p).collect();
+            let starts = self.source.committed(&new)?;
+            for (p, waited_ms) in changes.start {
+                let start = starts[&p];
+                // Paused earlier (a lone half, a full queue, a halted task) and librdkafka keeps
+                // that across the revoke: seek to the start and fetch again.
+                if waited_ms.is_some() || self.paused.is_paused(p) {
+                    self.source.rewind_and_resume(p, &start)?;
+                    self.paused.clear_task(p);
+                }
+                self.waiting_reported.remove(&p);
+                Happened::TaskAssigned {
+                    task: p,
+                    start: &start,
+                    waited_ms,
+                }
+                .emit(&self.metrics);
+                tasks.start(p, start, self.source.end_offsets(p));
+            }
+        }
+        if let Some(settled) = settled {
+            Happened::RebalanceDone {
+                took_ms: settled.took_ms,
+                tasks: tasks.count(),
+            }
+            .emit(&self.metrics);
+        }
+        Ok(())
+    }
+
+    /// Says once of each task whose lone half has waited for its pair longer than
+    /// [`WAITING_REPORTED_AFTER`]; `left` and `right` name the joined topics.
+    pub fn report_waiting(&mut self, left: &str, right: &str) {
+        let now = crate::clock::now_ms() as i64;
+        for (p, since) in self.pairing.waiting_since() {
+            let waited_ms = now - since;
+            if waited_ms >= WAITING_REPORTED_AFTER.as_millis() as i64
+                && self.waiting_reported.insert(p)
+            {
+                Happened::TaskWaiting {
+                    task: p,
+                    waited_ms,
+                    left,
+                    right,
+                }
+                .emit(&self.metrics);
+            }
+        }
+    }
+}
