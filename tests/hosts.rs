@@ -142,6 +142,12 @@ impl HostProcess {
         self.spawn(dir);
     }
 
+    /// Whether a process of this host was started and not killed or found exited (it may have
+    /// exited since: see [`HostProcess::is_running`]).
+    pub fn is_started(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Whether the process is still running (it has not exited on its own).
     pub fn is_running(&mut self) -> bool {
         self.child

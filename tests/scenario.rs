@@ -152,6 +152,11 @@ pub fn tally_once_complete(
 pub fn post_mortem(kafka: &Kafka, hosts: &[HostProcess]) -> String {
     let mut out = String::new();
     for h in hosts {
+        // A host killed on purpose answers nothing; its log is in the run's directory.
+        if !h.is_started() {
+            out.push_str(&format!("{}: not running\n", h.name));
+            continue;
+        }
         let url = h.admin_url(Duration::from_secs(1));
         let page = crate::http::get(&format!("{url}/metrics")).body;
         let counters: Vec<String> = page

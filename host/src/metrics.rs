@@ -141,6 +141,8 @@ metrics! {
     tasks_revoked: Counter = "cojoin_tasks_revoked", "Tasks dropped, with their state, because the group moved them away";
     tasks_halted: Counter = "cojoin_tasks_halted", "Tasks stopped by a plugin failure under plugin.failure = \"halt\" (their partitions paused)";
     consumer_errors: Counter = "cojoin_consumer_errors", "Errors the consumer reported while polling (it retries on its own)";
+    end_offsets_asked: Counter = "cojoin_end_offsets_asked", "Times a task asked the broker for the end of a side it would go on without (the consumer's cached end said it was caught up)";
+    end_offsets_behind: Counter = "cojoin_end_offsets_behind", "Of those, times the broker held records the cached end did not show (the task waited for them instead of making them late)";
     delivery_retries: Counter = "cojoin_delivery_retries", "Outputs or dead letters sent again after a delivery failure that may pass";
     rebalance_seconds: Seconds = "cojoin_rebalance_seconds", "Seconds spent in rebalances (see cojoin_rebalances_total)";
     transaction_commit_seconds: Seconds = "cojoin_transaction_commit_seconds", "Exactly-once: seconds spent committing transactions (see cojoin_transactions_committed_total)";

@@ -10,6 +10,16 @@
 //! going on would make them look late. That wait is bounded too ([`BACKLOG_WAIT_MS`]), in case the
 //! end offset counts records that never arrive (transaction markers).
 //!
+//! The consumer's end offset is as old as its last fetch response for that partition: on a busy
+//! machine a fetch can come back seconds late, and the cache then says "caught up" while the
+//! broker holds more. So before it goes on past an empty side, a task asks the broker
+//! ([`TaskQueue::end_offsets_wanted`], answered by [`TaskQueue::confirm_end_offset`]): records
+//! on the broker are waited for as a known backlog; an answer that there are none lets it go on
+//! with the other side's records queued by then. Those queued later may have been written after
+//! the answer, beside records of the empty side the broker did not have yet: they wait for the
+//! next answer (a record produced later than its partner by more than `grace` is late whatever
+//! the host does; one the broker held is not).
+//!
 //! A side paused for backpressure (its queue passed its share of `memory.queue_bytes`) is not an
 //! empty side: its records are on the broker, and going on with the other side would make them
 //! late. The task waits for it, with no idle timeout, until the I/O layer resumes it.
@@ -45,6 +55,8 @@ struct Queued {
     admission: Admission,
     /// The event's [`Event::footprint`], counted when pushed.
     bytes: usize,
+    /// Records pushed on this side before it.
+    seq: u64,
 }
 
 /// What the queue knows of a partition's end on the broker.
@@ -76,6 +88,15 @@ pub struct TaskQueue {
     /// Per side: the next offset at which waiting for the backlog was given up; the backlog is
     /// ignored until that side moves on.
     backlog_given_up_at: [Option<i64>; 2],
+    /// Per side: the end offset the broker gave when asked ([`TaskQueue::confirm_end_offset`]).
+    broker_end: [Option<i64>; 2],
+    /// Per side: waits for the broker's end offset before the task goes on without it.
+    wants_end: [bool; 2],
+    /// Per side: the broker answered that it has nothing past the next offset (the next offset
+    /// then, and how many records the other side had been pushed then: those may go on).
+    confirmed: [Option<(Option<i64>, u64)>; 2],
+    /// Per side: records pushed so far.
+    pushed: [u64; 2],
     /// Per side: bytes of the queued events.
     bytes: [usize; 2],
     /// Per side: fetching is paused for backpressure.
@@ -96,6 +117,10 @@ impl TaskQueue {
             end_offset: [EndOffset::Untracked; 2],
             end_floor: [0; 2],
             backlog_given_up_at: [None, None],
+            broker_end: [None, None],
+            wants_end: [false; 2],
+            confirmed: [None, None],
+            pushed: [0; 2],
             bytes: [0; 2],
             paused: [false; 2],
             peak_bytes: 0,
@@ -156,10 +181,47 @@ impl TaskQueue {
         let next = self.next_offset[i];
         let backlog = match (self.end_offset[i], next) {
             (EndOffset::Untracked, _) => false,
-            (EndOffset::Known(end), Some(next)) => end > next,
+            (EndOffset::Known(end), Some(next)) => {
+                end > next || self.broker_end[i].is_some_and(|b| b > next)
+            }
             (EndOffset::Known(_), None) | (EndOffset::Unknown, _) => true,
         };
         backlog && self.backlog_given_up_at[i] != next
+    }
+
+    /// Sides the task would go on without, and waits to hear from the broker about first: is
+    /// there nothing more on it than what was pushed? Answer with
+    /// [`TaskQueue::confirm_end_offset`].
+    pub fn end_offsets_wanted(&self) -> [bool; 2] {
+        self.wants_end
+    }
+
+    /// The broker's end offset of `side`'s partition, asked now (`None`: it did not answer, and
+    /// the task goes on as it would have). Past the next offset, the records there are waited
+    /// for (as a known backlog, bounded by [`BACKLOG_WAIT_MS`]); else the side is caught up and
+    /// the task goes on without it for the rest of this wait.
+    pub fn confirm_end_offset(&mut self, side: Side, end: Option<i64>) {
+        let i = side.index();
+        let next = self.next_offset[i];
+        self.wants_end[i] = false;
+        match (end, next) {
+            (Some(end), Some(next)) if end > next => self.broker_end[i] = Some(end),
+            _ => self.confirmed[i] = Some((next, self.pushed[1 - i])),
+        }
+    }
+
+    /// Whether going on without the empty `side` waits for the broker's word first: its end is
+    /// tracked, and the broker has not said that nothing more is there since the other side's
+    /// front record was queued.
+    fn unconfirmed(&self, side: Side) -> bool {
+        let i = side.index();
+        let Some(front) = self.queue_ref(side.opposite()).front() else {
+            return false;
+        };
+        let said = |&(next, pushed): &(Option<i64>, u64)| {
+            next == self.next_offset[i] && front.seq < pushed
+        };
+        self.end_offset[i] != EndOffset::Untracked && !self.confirmed[i].as_ref().is_some_and(said)
     }
 
     pub fn push(&mut self, side: Side, event: Event) {
@@ -172,11 +234,14 @@ impl TaskQueue {
         self.next_offset[side.index()] = Some(event.offset.saturating_add(1));
         let bytes = event.footprint();
         self.bytes[side.index()] += bytes;
+        let seq = self.pushed[side.index()];
+        self.pushed[side.index()] += 1;
         self.peak_bytes = self.peak_bytes.max(self.bytes[0] + self.bytes[1]);
         self.queue(side).push_back(Queued {
             event,
             admission,
             bytes,
+            seq,
         });
     }
 
@@ -242,6 +307,8 @@ impl TaskQueue {
     }
 
     fn choose(&mut self, now_ms: i64) -> Option<Side> {
+        // Asked again below if this choice still needs the broker's word.
+        self.wants_end = [false; 2];
         // A record that will not join is taken as soon as it is at the front, live and in replay
         // alike, so that a replay takes the records in the order the previous owner did.
         for side in [Side::Left, Side::Right] {
@@ -288,14 +355,24 @@ impl TaskQueue {
                     return None;
                 }
                 let waited = now_ms - *self.idle_since.get_or_insert(now_ms);
+                let i = empty.index();
                 if self.has_backlog(empty) {
                     if waited < BACKLOG_WAIT_MS.max(self.max_idle_ms) {
                         return None;
                     }
-                    // Give up on this backlog until the side moves on (`None`: nothing fetched).
-                    self.backlog_given_up_at[empty.index()] = self.next_offset[empty.index()];
+                    // Give up on this backlog until the side moves on (`None`: nothing fetched),
+                    // without asking the broker again.
+                    self.backlog_given_up_at[i] = self.next_offset[i];
+                    self.confirmed[i] = Some((self.next_offset[i], u64::MAX));
                 }
-                (waited >= self.max_idle_ms).then_some(side)
+                if waited < self.max_idle_ms {
+                    return None;
+                }
+                if self.unconfirmed(empty) {
+                    self.wants_end[i] = true;
+                    return None;
+                }
+                Some(side)
             }
         }
     }
@@ -429,6 +506,95 @@ mod tests {
         assert_eq!(q.next(400).map(|(_, e)| e.offset), Some(6));
     }
 
+    /// A task whose left side the consumer's cache says is caught up (end 1 after offset 0).
+    fn left_caught_up_by_the_cache() -> TaskQueue {
+        let mut q = TaskQueue::new(100);
+        q.set_replay(Side::Left, 0, None);
+        q.set_replay(Side::Right, 0, None);
+        q.push(Side::Left, ev(0, 0));
+        q.set_end_offset(Side::Left, Some(1));
+        q.set_end_offset(Side::Right, Some(3));
+        for offset in 0..3 {
+            q.push(Side::Right, ev(offset, 1000 + offset));
+        }
+        assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+        q
+    }
+
+    #[test]
+    fn a_side_the_cache_calls_caught_up_is_not_gone_past_before_the_broker_says_so() {
+        let mut q = left_caught_up_by_the_cache();
+        assert!(q.next(50).is_none(), "within max idle");
+        assert_eq!(q.end_offsets_wanted(), [false, false]);
+        assert!(q.next(150).is_none(), "max idle passed: ask first");
+        assert_eq!(q.end_offsets_wanted(), [true, false]);
+        // A fetch came back late: the broker holds offsets 1 and 2 of the left partition.
+        q.confirm_end_offset(Side::Left, Some(3));
+        assert_eq!(q.end_offsets_wanted(), [false, false]);
+        assert!(
+            q.next(5_000).is_none(),
+            "a backlog on the broker is waited for"
+        );
+        q.push(Side::Left, ev(1, 500));
+        q.push(Side::Left, ev(2, 1500));
+        // In timestamp order: nothing of the left side became late.
+        assert_eq!(
+            drain(&mut q, 5_000),
+            [
+                (Side::Left, 1),
+                (Side::Right, 0),
+                (Side::Right, 1),
+                (Side::Right, 2)
+            ]
+        );
+        assert_eq!(
+            q.next(5_000).map(|(s, e)| (s, e.offset)),
+            None,
+            "the left record waits for the right side"
+        );
+    }
+
+    #[test]
+    fn a_side_the_broker_says_is_caught_up_is_gone_past_with_what_was_queued_by_then() {
+        let mut q = left_caught_up_by_the_cache();
+        assert!(q.next(0).is_none());
+        assert!(q.next(100).is_none());
+        assert_eq!(q.end_offsets_wanted(), [true, false]);
+        q.confirm_end_offset(Side::Left, Some(1));
+        // Queued after the answer: it may have been written beside left records the broker did
+        // not have yet (the failure this prevents: a fetch of one partition late on a busy
+        // machine, the other side's next records taken past it, its records then late).
+        q.push(Side::Right, ev(3, 1003));
+        assert_eq!(drain(&mut q, 100).len(), 3, "no new question per record");
+        assert!(q.next(100).is_none());
+        assert_eq!(q.end_offsets_wanted(), [true, false]);
+        // No answer (the broker did not respond): the task goes on as it did without asking.
+        q.confirm_end_offset(Side::Left, None);
+        assert_eq!(
+            q.next(100).map(|(s, e)| (s, e.offset)),
+            Some((Side::Right, 3))
+        );
+        assert!(q.next(100).is_none(), "both sides empty");
+        // A new wait (both sides emptied, then a lone record) waits max idle, then asks again.
+        q.push(Side::Right, ev(4, 2000));
+        assert!(q.next(200).is_none());
+        assert_eq!(q.end_offsets_wanted(), [false, false]);
+        assert!(q.next(300).is_none());
+        assert_eq!(q.end_offsets_wanted(), [true, false]);
+    }
+
+    #[test]
+    fn an_offline_replay_asks_no_broker() {
+        let mut q = TaskQueue::new(100);
+        q.push(Side::Right, ev(0, 0));
+        assert!(q.next(0).is_none());
+        assert_eq!(
+            q.next(100).map(|(s, e)| (s, e.offset)),
+            Some((Side::Right, 0))
+        );
+        assert_eq!(q.end_offsets_wanted(), [false, false]);
+    }
+
     fn ev(offset: i64, ts: i64) -> Event {
         Event {
             topic: "t".into(),
@@ -492,8 +658,12 @@ mod tests {
         q.push(Side::Right, ev(1, 1_100));
         q.push(Side::Right, ev(2, 1_200));
         assert_eq!(drain(&mut q, 5_102).len(), 2);
-        // Caught up with what the broker reported: max idle applies again.
+        // Caught up with what the broker reported: max idle applies again, then the broker is
+        // asked whether that is still so.
         assert!(q.next(5_103).is_none());
+        assert!(q.next(5_203).is_none());
+        assert_eq!(q.end_offsets_wanted(), [false, true]);
+        q.confirm_end_offset(Side::Right, Some(3));
         assert_eq!(
             q.next(5_203).map(|(s, e)| (s, e.offset)),
             Some((Side::Left, 0))
@@ -509,7 +679,10 @@ mod tests {
         q.set_end_offset(Side::Right, Some(1));
         q.push(Side::Left, ev(i64::MAX, 10));
         q.push(Side::Right, ev(0, 20));
-        assert_eq!(drain(&mut q, 0), [(Side::Left, i64::MAX), (Side::Right, 0)]);
+        assert_eq!(drain(&mut q, 0), [(Side::Left, i64::MAX)]);
+        assert_eq!(q.end_offsets_wanted(), [true, false]);
+        q.confirm_end_offset(Side::Left, Some(i64::MAX));
+        assert_eq!(drain(&mut q, 0), [(Side::Right, 0)]);
     }
 
     #[test]
@@ -524,8 +697,11 @@ mod tests {
             q.next(5_000).is_none(),
             "max idle must not apply before the first fetch"
         );
-        // The first fetch response says the partition is empty: max idle applies.
+        // The first fetch response says the partition is empty: max idle applies (and the broker
+        // says so too when asked).
         q.set_end_offset(Side::Right, Some(0));
+        assert!(q.next(5_000).is_none());
+        q.confirm_end_offset(Side::Right, Some(0));
         assert_eq!(
             q.next(5_000).map(|(s, e)| (s, e.offset)),
             Some((Side::Left, 0))
@@ -551,6 +727,8 @@ mod tests {
         q.push(Side::Right, ev(0, 100));
         q.push(Side::Right, ev(1, 200));
         assert_eq!(drain(&mut q, 5_001).len(), 2);
+        assert!(q.next(5_101).is_none());
+        q.confirm_end_offset(Side::Right, Some(2));
         assert_eq!(
             q.next(5_101).map(|(s, e)| (s, e.offset)),
             Some((Side::Left, 0))

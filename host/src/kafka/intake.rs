@@ -35,6 +35,9 @@ use paused::{Pause, Paused};
 
 /// Records polled at most per round, so that rounds (and commits) keep coming under a backlog.
 pub const POLL_PER_ROUND: usize = 10_000;
+/// How long the loop waits for the broker's end offset of a side a task would go on without:
+/// the task waits meanwhile anyway; without an answer it goes on as the cache said.
+pub const END_OFFSET_ASKED: Duration = Duration::from_secs(1);
 
 /// The run loop's tasks, as the intake feeds them. Task p is partition p of both topics.
 pub trait Tasks {
@@ -289,6 +292,12 @@ impl Intake {
     /// End offsets of task p's partitions as the consumer last saw them in a fetch response.
     pub fn end_offsets_seen(&self, p: i32) -> [Option<i64>; 2] {
         self.source.cached_end_offsets(p)
+    }
+
+    /// The end offset of one side of task p as the broker reports it now (`None`: no answer
+    /// within [`END_OFFSET_ASKED`]).
+    pub fn end_offset_now(&self, side: Side, p: i32) -> Option<i64> {
+        self.source.end_offset_now(side, p, END_OFFSET_ASKED)
     }
 
     /// Records what task p would commit now; the next commit (or a revoke) commits it.

@@ -219,6 +219,8 @@ fn the_families_are_the_ones_dashboards_and_docs_know() {
         ("cojoin_tasks_revoked", "counter"),
         ("cojoin_tasks_halted", "counter"),
         ("cojoin_consumer_errors", "counter"),
+        ("cojoin_end_offsets_asked", "counter"),
+        ("cojoin_end_offsets_behind", "counter"),
         ("cojoin_delivery_retries", "counter"),
         ("cojoin_rebalance_seconds", "counter"),
         ("cojoin_transaction_commit_seconds", "counter"),

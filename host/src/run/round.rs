@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use crate::event::Side;
 use crate::kafka::intake::Intake;
 use crate::kafka::sink::{Delivered, Refused, Sink};
 use crate::report::Happened;
@@ -117,7 +118,39 @@ impl Host {
             }
         }
         intake.resume_drained(&run.tasks)?;
-        Ok(more)
+        Ok(more | self.ask_end_offsets(intake, &mut run.tasks))
+    }
+}
+
+impl Host {
+    /// Asks the broker the end offsets of the sides a task would go on without (its consumer's
+    /// cached end offset says they are caught up, and may be old: join/order.rs). True when one
+    /// was asked: the task can go on (or knows to wait) now, so the next poll does not wait.
+    fn ask_end_offsets(&self, intake: &Intake, tasks: &mut Held) -> bool {
+        let mut asked = false;
+        for (p, task) in tasks.map.iter_mut() {
+            let wanted = task.end_offsets_wanted();
+            for side in [Side::Left, Side::Right] {
+                if !wanted[side.index()] {
+                    continue;
+                }
+                let end = intake.end_offset_now(side, *p);
+                let seen = intake.end_offsets_seen(*p)[side.index()];
+                self.metrics.end_offsets_asked.inc();
+                if let (Some(end), Some(seen)) = (end, seen) {
+                    if end > seen {
+                        self.metrics.end_offsets_behind.inc();
+                        if let Some(held) = crate::quiet::say(&format!("end offset behind {p}")) {
+                            let said = crate::quiet::with_held(&format!("task {p}: the broker holds its {} partition up to offset {end}, the consumer's last fetch showed {seen}: waiting for those records rather than going on without them", if side == Side::Left { "left" } else { "right" }), held);
+                            tracing::info!(target: "cojoin::report", "{said}");
+                        }
+                    }
+                }
+                task.confirm_end_offset(side, end);
+                asked = true;
+            }
+        }
+        asked
     }
 }
 

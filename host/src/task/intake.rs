@@ -30,6 +30,18 @@ impl PartitionTask {
         self.queue.set_end_offset(Side::Right, end[1]);
     }
 
+    /// Sides (left, right) the task waits to hear the broker's end offset of before it goes on
+    /// without them: the consumer's cache says they are caught up, and it may be old.
+    pub fn end_offsets_wanted(&self) -> [bool; 2] {
+        self.queue.end_offsets_wanted()
+    }
+
+    /// The broker's end offset of one side's partition, asked because
+    /// [`PartitionTask::end_offsets_wanted`] said so (`None`: no answer).
+    pub fn confirm_end_offset(&mut self, side: Side, end: Option<i64>) {
+        self.queue.confirm_end_offset(side, end);
+    }
+
     /// End offsets of the left and right partitions as the broker reported them when the task was
     /// assigned: cached reports below them are stale (see [`TaskQueue::set_end_offset_floor`]).
     ///

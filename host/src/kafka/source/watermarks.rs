@@ -2,11 +2,13 @@
 //! last saw them in a fetch response, and how far the consumer's positions lag behind them.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use rdkafka::consumer::Consumer;
 use rdkafka::Offset;
 
 use super::{Source, TIMEOUT};
+use crate::event::Side;
 
 impl Source {
     /// End offsets of partition p of both topics as the broker reports them now (0 when it does
@@ -26,6 +28,25 @@ impl Source {
                 }
             }
         })
+    }
+
+    /// The end offset of partition p of one side as the broker reports it now (under
+    /// read_committed, the last stable offset); `None` when it does not answer within `timeout`.
+    pub fn end_offset_now(&self, side: Side, p: i32, timeout: Duration) -> Option<i64> {
+        let topic = &self.topics[side.index()];
+        match self.consumer.fetch_watermarks(topic, p, timeout) {
+            Ok((_, high)) => Some(high),
+            Err(e) => {
+                if let Some(held) = crate::quiet::say("end offset asked") {
+                    let said = crate::quiet::with_held(
+                        &format!("the end offset of {topic}/{p} was asked and not given: {e}; the task goes on without waiting for it"),
+                        held,
+                    );
+                    tracing::warn!("{said}");
+                }
+                None
+            }
+        }
     }
 
     /// End offsets of partition p of both topics as the consumer last saw them in a fetch
