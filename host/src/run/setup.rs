@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::config::Guarantee;
 use crate::kafka::intake::Intake;
@@ -123,8 +123,14 @@ impl Host {
         }
         let spill = spill_dir(&cfg.state.dir())?;
         let workers = self.start_workers(counts[0])?;
+        let watermarks = client::reader(&cfg.kafka, &cfg.kafka.group_id)
+            .create()
+            .context(
+            "creating the Kafka client that asks end offsets (check [kafka] and [kafka.options])",
+        )?;
         let intake = Intake::new(
             source,
+            watermarks,
             Box::new(new_source),
             protocol == Protocol::Classic,
             cfg.memory.queue_bytes,

@@ -2,7 +2,6 @@
 //! last saw them in a fetch response, and how far the consumer's positions lag behind them.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use rdkafka::consumer::Consumer;
 use rdkafka::Offset;
@@ -30,29 +29,15 @@ impl Source {
         })
     }
 
-    /// The end offset of partition p of one side as the broker reports it now (under
-    /// read_committed, the last stable offset); `None` when it does not answer within `timeout`.
-    pub fn end_offset_now(&self, side: Side, p: i32, timeout: Duration) -> Option<i64> {
-        let topic = &self.topics[side.index()];
-        match self.consumer.fetch_watermarks(topic, p, timeout) {
-            Ok((_, high)) => Some(high),
-            Err(e) => {
-                if let Some(held) = crate::quiet::say("end offset asked") {
-                    let said = crate::quiet::with_held(
-                        &format!("the end offset of {topic}/{p} was asked and not given: {e}; the task goes on without waiting for it"),
-                        held,
-                    );
-                    tracing::warn!("{said}");
-                }
-                None
-            }
-        }
-    }
-
     /// End offsets of partition p of both topics as the consumer last saw them in a fetch
     /// response (no broker round trip).
     pub fn cached_end_offsets(&self, p: i32) -> [Option<i64>; 2] {
         [0, 1].map(|i| self.cached_high_watermark(&self.topics[i], p))
+    }
+
+    /// The name of one side's topic.
+    pub fn topic(&self, side: Side) -> &str {
+        &self.topics[side.index()]
     }
 
     fn cached_high_watermark(&self, topic: &str, p: i32) -> Option<i64> {
