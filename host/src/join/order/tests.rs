@@ -1,0 +1,418 @@
+//! The task queue's order: timestamps, idle waits, backlogs and the broker's word, replay.
+
+use super::*;
+
+#[test]
+fn a_replay_takes_a_record_that_will_not_join_where_the_live_run_did() {
+    // Live, F (far future) went first, as soon as it was at the front: F, R0, J1, R1. A
+    // replay of the same records must take them in the same order, or J1 would come after
+    // R1, be late, and a match made before the restart would be lost.
+    let mut q = TaskQueue::new(1_000);
+    q.set_replay(Side::Left, 0, Some(1));
+    q.set_replay(Side::Right, 0, Some(1));
+    q.push_admitted(Side::Left, ev(0, i64::MAX / 2), Admission::FutureTimestamp);
+    q.push(Side::Left, ev(1, 100));
+    q.push(Side::Right, ev(0, 50));
+    q.push(Side::Right, ev(1, 200));
+    let order: Vec<_> = std::iter::from_fn(|| q.next_record(0))
+        .map(|(side, e, _)| (side, e.offset))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (Side::Left, 0),
+            (Side::Right, 0),
+            (Side::Left, 1),
+            (Side::Right, 1)
+        ]
+    );
+}
+
+#[test]
+fn a_record_that_will_not_join_does_not_wait_for_the_other_side() {
+    let mut q = TaskQueue::new(1_000);
+    // Stamped far ahead, then an ordinary record behind it on the same side; the other
+    // side has an older record and then nothing.
+    q.push_admitted(Side::Left, ev(0, i64::MAX / 2), Admission::FutureTimestamp);
+    q.push(Side::Left, ev(1, 100));
+    q.push(Side::Right, ev(0, 50));
+    let order: Vec<_> = std::iter::from_fn(|| q.next_record(0))
+        .map(|(side, e, a)| (side, e.offset, a))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (Side::Left, 0, Admission::FutureTimestamp),
+            (Side::Right, 0, Admission::Join),
+        ]
+    );
+    // The ordinary record waits for the empty side as usual.
+    assert!(q.next_record(999).is_none());
+    assert_eq!(q.next_record(1_000).map(|(_, e, _)| e.offset), Some(1));
+}
+
+#[test]
+fn a_side_paused_for_backpressure_is_waited_for_however_long_it_takes() {
+    let mut q = TaskQueue::new(100);
+    q.push(Side::Left, ev(0, 10));
+    q.push(Side::Right, ev(0, 20));
+    q.set_paused(Side::Right, true);
+    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    q.push(Side::Left, ev(1, 30));
+    assert_eq!(
+        q.next(0).map(|(s, e)| (s, e.offset)),
+        Some((Side::Right, 0))
+    );
+    // The right side ran dry while paused: its next records are on the broker.
+    assert!(q.next(0).is_none());
+    assert!(
+        q.next(1_000_000).is_none(),
+        "max idle must not apply to a paused side"
+    );
+    // Resumed: it is an ordinary empty side again (max idle from now).
+    q.set_paused(Side::Right, false);
+    assert!(q.next(1_000_001).is_none());
+    assert_eq!(q.next(1_000_101).map(|(_, e)| e.offset), Some(1));
+}
+
+#[test]
+fn queued_bytes_follow_pushes_and_takes() {
+    let mut q = TaskQueue::new(0);
+    let (a, b) = (ev(0, 10), ev(1, 20));
+    let (fa, fb) = (a.footprint(), b.footprint());
+    q.push(Side::Left, a);
+    q.push(Side::Left, b);
+    assert_eq!(q.bytes(Side::Left), fa + fb);
+    assert_eq!(q.bytes(Side::Right), 0);
+    q.next(0).unwrap();
+    assert_eq!(q.bytes(Side::Left), fb);
+    q.next(0).unwrap();
+    assert_eq!(q.bytes(Side::Left), 0);
+}
+
+#[test]
+fn once_an_empty_side_was_waited_for_the_other_side_runs_on_without_waiting_per_record() {
+    // The left topic is done (nothing more will come); the right has a backlog. One wait of
+    // max idle, then the right side's records go one after another: waiting again for each
+    // took one record per max idle per task (10 records/s at the default 100 ms).
+    let mut q = TaskQueue::new(100);
+    for offset in 0..5 {
+        q.push(Side::Right, ev(offset, 10 * offset));
+    }
+    assert!(q.next(0).is_none());
+    assert_eq!(drain(&mut q, 100).len(), 5);
+    // Both sides had nothing: the next lone record waits again.
+    q.push(Side::Right, ev(5, 60));
+    assert!(q.next(150).is_none());
+    assert_eq!(q.next(250).map(|(_, e)| e.offset), Some(5));
+    // A record of the waited-for side resets the wait.
+    q.push(Side::Left, ev(0, 70));
+    q.push(Side::Right, ev(6, 80));
+    assert_eq!(q.next(250).map(|(s, _)| s), Some(Side::Left));
+    assert!(
+        q.next(300).is_none(),
+        "the left side is empty again: a new wait"
+    );
+    assert_eq!(q.next(400).map(|(_, e)| e.offset), Some(6));
+}
+
+/// A task whose left side the consumer's cache says is caught up (end 1 after offset 0).
+fn left_caught_up_by_the_cache() -> TaskQueue {
+    let mut q = TaskQueue::new(100);
+    q.set_replay(Side::Left, 0, None);
+    q.set_replay(Side::Right, 0, None);
+    q.push(Side::Left, ev(0, 0));
+    q.set_end_offset(Side::Left, Some(1));
+    q.set_end_offset(Side::Right, Some(3));
+    for offset in 0..3 {
+        q.push(Side::Right, ev(offset, 1000 + offset));
+    }
+    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    q
+}
+
+#[test]
+fn a_side_the_cache_calls_caught_up_is_not_gone_past_before_the_broker_says_so() {
+    let mut q = left_caught_up_by_the_cache();
+    assert!(q.next(50).is_none(), "within max idle");
+    assert_eq!(q.end_offsets_wanted(), [false, false]);
+    assert!(q.next(150).is_none(), "max idle passed: ask first");
+    assert_eq!(q.end_offsets_wanted(), [true, false]);
+    // A fetch came back late: the broker holds offsets 1 and 2 of the left partition.
+    q.confirm_end_offset(Side::Left, Some(3));
+    assert_eq!(q.end_offsets_wanted(), [false, false]);
+    assert!(
+        q.next(5_000).is_none(),
+        "a backlog on the broker is waited for"
+    );
+    q.push(Side::Left, ev(1, 500));
+    q.push(Side::Left, ev(2, 1500));
+    // In timestamp order: nothing of the left side became late.
+    assert_eq!(
+        drain(&mut q, 5_000),
+        [
+            (Side::Left, 1),
+            (Side::Right, 0),
+            (Side::Right, 1),
+            (Side::Right, 2)
+        ]
+    );
+    assert_eq!(
+        q.next(5_000).map(|(s, e)| (s, e.offset)),
+        None,
+        "the left record waits for the right side"
+    );
+}
+
+#[test]
+fn a_side_the_broker_says_is_caught_up_is_gone_past_with_what_was_queued_by_then() {
+    let mut q = left_caught_up_by_the_cache();
+    assert!(q.next(0).is_none());
+    assert!(q.next(100).is_none());
+    assert_eq!(q.end_offsets_wanted(), [true, false]);
+    q.confirm_end_offset(Side::Left, Some(1));
+    // Queued after the answer: it may have been written beside left records the broker did
+    // not have yet (the failure this prevents: a fetch of one partition late on a busy
+    // machine, the other side's next records taken past it, its records then late).
+    q.push(Side::Right, ev(3, 1003));
+    assert_eq!(drain(&mut q, 100).len(), 3, "no new question per record");
+    assert!(q.next(100).is_none());
+    assert_eq!(q.end_offsets_wanted(), [true, false]);
+    // No answer (the broker did not respond): the task goes on as it did without asking.
+    q.confirm_end_offset(Side::Left, None);
+    assert_eq!(
+        q.next(100).map(|(s, e)| (s, e.offset)),
+        Some((Side::Right, 3))
+    );
+    assert!(q.next(100).is_none(), "both sides empty");
+    // A new wait (both sides emptied, then a lone record) waits max idle, then asks again.
+    q.push(Side::Right, ev(4, 2000));
+    assert!(q.next(200).is_none());
+    assert_eq!(q.end_offsets_wanted(), [false, false]);
+    assert!(q.next(300).is_none());
+    assert_eq!(q.end_offsets_wanted(), [true, false]);
+}
+
+#[test]
+fn an_offline_replay_asks_no_broker() {
+    let mut q = TaskQueue::new(100);
+    q.push(Side::Right, ev(0, 0));
+    assert!(q.next(0).is_none());
+    assert_eq!(
+        q.next(100).map(|(s, e)| (s, e.offset)),
+        Some((Side::Right, 0))
+    );
+    assert_eq!(q.end_offsets_wanted(), [false, false]);
+}
+
+fn ev(offset: i64, ts: i64) -> Event {
+    Event {
+        topic: "t".into(),
+        partition: 0,
+        offset,
+        timestamp: ts,
+        key: Some(b"k".to_vec().into()),
+        value: None,
+        headers: Box::default(),
+    }
+}
+
+fn drain(q: &mut TaskQueue, now: i64) -> Vec<(Side, i64)> {
+    std::iter::from_fn(|| q.next(now))
+        .map(|(s, e)| (s, e.offset))
+        .collect()
+}
+
+#[test]
+fn takes_the_older_record_while_both_sides_have_data() {
+    let mut q = TaskQueue::new(100);
+    q.push(Side::Left, ev(0, 10));
+    q.push(Side::Left, ev(1, 30));
+    q.push(Side::Right, ev(0, 20));
+    q.push(Side::Right, ev(1, 40));
+    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    assert_eq!(
+        q.next(0).map(|(s, e)| (s, e.offset)),
+        Some((Side::Right, 0))
+    );
+    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 1)));
+    // Right alone now: waits for the left side up to max idle.
+    assert!(q.next(0).is_none());
+    assert!(q.next(99).is_none());
+    assert_eq!(
+        q.next(100).map(|(s, e)| (s, e.offset)),
+        Some((Side::Right, 1))
+    );
+}
+
+#[test]
+fn an_empty_side_with_records_on_the_broker_is_waited_for_beyond_max_idle() {
+    let mut q = TaskQueue::new(100);
+    q.set_replay(Side::Left, 0, None);
+    q.set_replay(Side::Right, 0, None);
+    q.push(Side::Left, ev(0, 5_000));
+    // The right partition holds offsets 0..3 on the broker, none fetched yet.
+    q.set_end_offset(Side::Right, Some(3));
+    assert!(q.next(0).is_none());
+    assert!(
+        q.next(5_000).is_none(),
+        "max idle must not apply to a known backlog"
+    );
+    q.push(Side::Right, ev(0, 1_000));
+    assert_eq!(
+        q.next(5_001).map(|(s, e)| (s, e.offset)),
+        Some((Side::Right, 0))
+    );
+    // Offsets 1 and 2 are awaited.
+    assert!(q.next(5_102).is_none());
+    q.push(Side::Right, ev(1, 1_100));
+    q.push(Side::Right, ev(2, 1_200));
+    assert_eq!(drain(&mut q, 5_102).len(), 2);
+    // Caught up with what the broker reported: max idle applies again, then the broker is
+    // asked whether that is still so.
+    assert!(q.next(5_103).is_none());
+    assert!(q.next(5_203).is_none());
+    assert_eq!(q.end_offsets_wanted(), [false, true]);
+    q.confirm_end_offset(Side::Right, Some(3));
+    assert_eq!(
+        q.next(5_203).map(|(s, e)| (s, e.offset)),
+        Some((Side::Left, 0))
+    );
+}
+
+#[test]
+fn a_side_whose_last_offset_was_i64_max_has_no_backlog_at_that_end() {
+    // offset + 1 wrapped to i64::MIN: an end offset of i64::MAX looked like a backlog
+    // and the other side waited BACKLOG_WAIT_MS instead of max idle.
+    let mut q = TaskQueue::new(0);
+    q.set_end_offset(Side::Left, Some(i64::MAX));
+    q.set_end_offset(Side::Right, Some(1));
+    q.push(Side::Left, ev(i64::MAX, 10));
+    q.push(Side::Right, ev(0, 20));
+    assert_eq!(drain(&mut q, 0), [(Side::Left, i64::MAX)]);
+    assert_eq!(q.end_offsets_wanted(), [true, false]);
+    q.confirm_end_offset(Side::Left, Some(i64::MAX));
+    assert_eq!(drain(&mut q, 0), [(Side::Right, 0)]);
+}
+
+#[test]
+fn an_empty_side_never_fetched_is_waited_for_until_its_end_offset_is_known() {
+    let mut q = TaskQueue::new(100);
+    q.set_replay(Side::Left, 0, None);
+    q.set_replay(Side::Right, 0, None);
+    q.push(Side::Left, ev(0, 5_000));
+    q.set_end_offset(Side::Right, None);
+    assert!(q.next(1_000).is_none());
+    assert!(
+        q.next(5_000).is_none(),
+        "max idle must not apply before the first fetch"
+    );
+    // The first fetch response says the partition is empty: max idle applies (and the broker
+    // says so too when asked).
+    q.set_end_offset(Side::Right, Some(0));
+    assert!(q.next(5_000).is_none());
+    q.confirm_end_offset(Side::Right, Some(0));
+    assert_eq!(
+        q.next(5_000).map(|(s, e)| (s, e.offset)),
+        Some((Side::Left, 0))
+    );
+}
+
+#[test]
+fn a_cached_end_offset_older_than_the_assignment_is_not_trusted() {
+    let mut q = TaskQueue::new(100);
+    q.set_replay(Side::Left, 0, None);
+    q.set_replay(Side::Right, 0, None);
+    q.push(Side::Left, ev(0, 5_000));
+    // At assignment the broker said 2; the consumer's cache still says 0 from before.
+    q.set_end_offset_floor(Side::Right, 2);
+    q.set_end_offset(Side::Right, Some(0));
+    assert!(q.next(0).is_none());
+    assert!(
+        q.next(5_000).is_none(),
+        "unknown until a fetch response at or past the floor"
+    );
+    q.set_end_offset(Side::Right, Some(2));
+    assert!(q.next(5_001).is_none(), "offsets 0 and 1 are on the broker");
+    q.push(Side::Right, ev(0, 100));
+    q.push(Side::Right, ev(1, 200));
+    assert_eq!(drain(&mut q, 5_001).len(), 2);
+    assert!(q.next(5_101).is_none());
+    q.confirm_end_offset(Side::Right, Some(2));
+    assert_eq!(
+        q.next(5_101).map(|(s, e)| (s, e.offset)),
+        Some((Side::Left, 0))
+    );
+}
+
+#[test]
+fn a_backlog_that_never_arrives_is_waited_for_only_once() {
+    let mut q = TaskQueue::new(100);
+    q.set_replay(Side::Left, 0, None);
+    q.set_replay(Side::Right, 0, None);
+    q.push(Side::Left, ev(0, 10));
+    q.push(Side::Left, ev(1, 20));
+    // A transaction marker at offset 0: the end offset says 1, no record will come.
+    q.set_end_offset(Side::Right, Some(1));
+    assert!(q.next(0).is_none());
+    assert!(q.next(BACKLOG_WAIT_MS - 1).is_none());
+    assert_eq!(q.next(BACKLOG_WAIT_MS).map(|(_, e)| e.offset), Some(0));
+    // Given up at this offset, and the side was waited for: the next record goes at once.
+    assert_eq!(q.next(BACKLOG_WAIT_MS).map(|(_, e)| e.offset), Some(1));
+    // Once the side moves on, a new backlog there is waited for again.
+    q.push(Side::Left, ev(2, 30));
+    q.push(Side::Right, ev(1, 25));
+    q.set_end_offset(Side::Right, Some(5));
+    assert_eq!(
+        q.next(BACKLOG_WAIT_MS).map(|(s, e)| (s, e.offset)),
+        Some((Side::Right, 1))
+    );
+    assert!(
+        q.next(BACKLOG_WAIT_MS + 1).is_none(),
+        "offsets 2..5 are on the broker"
+    );
+}
+
+#[test]
+fn the_result_does_not_depend_on_which_side_was_fetched_first() {
+    let mut a = TaskQueue::new(1_000);
+    let mut b = TaskQueue::new(1_000);
+    let left = [ev(0, 5), ev(1, 15), ev(2, 25)];
+    let right = [ev(0, 10), ev(1, 20), ev(2, 30)];
+    for e in &left {
+        a.push(Side::Left, e.clone());
+    }
+    for e in &right {
+        a.push(Side::Right, e.clone());
+        b.push(Side::Right, e.clone());
+    }
+    for e in &left {
+        b.push(Side::Left, e.clone());
+    }
+    // Both drain in timestamp order until one side runs dry, then wait.
+    assert_eq!(drain(&mut a, 0), drain(&mut b, 0));
+}
+
+#[test]
+fn replay_records_of_both_sides_come_before_any_new_record() {
+    let mut q = TaskQueue::new(0);
+    q.set_replay(Side::Left, 0, Some(1));
+    q.set_replay(Side::Right, 0, Some(0));
+    q.push(Side::Left, ev(0, 10));
+    q.push(Side::Left, ev(1, 50));
+    q.push(Side::Left, ev(2, 1)); // new, and older than everything
+                                  // Right's replay record has not arrived: nothing may be taken yet, even with no idle wait.
+    assert!(q.next(1_000).is_none());
+    q.push(Side::Right, ev(0, 20));
+    assert_eq!(
+        drain(&mut q, 1_000),
+        [
+            (Side::Left, 0),
+            (Side::Right, 0),
+            (Side::Left, 1),
+            (Side::Left, 2)
+        ]
+    );
+    assert!(!q.is_replay(Side::Left, 2));
+    assert!(q.is_replay(Side::Left, 1));
+}
