@@ -126,17 +126,28 @@ impl Host {
     /// Asks the broker the end offsets of the sides a task would go on without (its consumer's
     /// cached end offset says they are caught up, and may be old: join/order.rs). True when one
     /// was asked: the task can go on (or knows to wait) now, so the next poll does not wait.
-    fn ask_end_offsets(&self, intake: &Intake, tasks: &mut Held) -> bool {
+    /// After an ask without an answer (a broker away) the others of the round are not asked: they
+    /// go on as without asking, and the loop does not block an answer's timeout per task while
+    /// the group waits for its next poll.
+    fn ask_end_offsets(&self, intake: &mut Intake, tasks: &mut Held) -> bool {
         let mut asked = false;
+        let mut answering = true;
         for (p, task) in tasks.map.iter_mut() {
             let wanted = task.end_offsets_wanted();
             for side in [Side::Left, Side::Right] {
                 if !wanted[side.index()] {
                     continue;
                 }
-                let end = intake.end_offset_now(side, *p);
+                let end = if answering {
+                    self.metrics.end_offsets_asked.inc();
+                    let end = intake.end_offset_now(side, *p);
+                    intake.keep_alive();
+                    end
+                } else {
+                    None
+                };
+                answering &= end.is_some();
                 let seen = intake.end_offsets_seen(*p)[side.index()];
-                self.metrics.end_offsets_asked.inc();
                 if let (Some(end), Some(seen)) = (end, seen) {
                     if end > seen {
                         self.metrics.end_offsets_behind.inc();
