@@ -51,6 +51,12 @@ pub fn say(kind: &str) -> Option<u64> {
     repeats().say(kind, Instant::now())
 }
 
+/// `message` (made only when said) with how many like it were held back, if a complaint of
+/// `kind` is said now ([`say`] and [`with_held`] together).
+pub fn said(kind: &str, message: impl FnOnce() -> String) -> Option<String> {
+    say(kind).map(|held| with_held(&message(), held))
+}
+
 /// `message`, and how many like it were held back before it.
 pub fn with_held(message: &str, held: u64) -> String {
     if held == 0 {

@@ -286,8 +286,9 @@ impl Happened<'_> {
             ConsumerError { error } => {
                 metrics.consumer_errors.inc();
                 // The same error is returned by poll after poll while a broker is away.
-                if let Some(held) = crate::quiet::say(&format!("consumer error {error}")) {
-                    let said = crate::quiet::with_held(&format!("consumer error: {error}"), held);
+                if let Some(said) = crate::quiet::said(&format!("consumer error {error}"), || {
+                    format!("consumer error: {error}")
+                }) {
                     tracing::warn!(target: "cojoin::report", "{said}");
                 }
             }

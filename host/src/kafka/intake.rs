@@ -308,11 +308,9 @@ impl Intake {
         match self.watermarks.fetch_watermarks(topic, p, END_OFFSET_ASKED) {
             Ok((_, high)) => Some(high),
             Err(e) => {
-                if let Some(held) = crate::quiet::say("end offset asked") {
-                    let said = crate::quiet::with_held(
-                        &format!("the end offset of {topic}/{p} was asked and not given: {e}; the task goes on without waiting for it"),
-                        held,
-                    );
+                if let Some(said) = crate::quiet::said("end offset asked", || {
+                    format!("the end offset of {topic}/{p} was asked and not given: {e}; the task goes on without waiting for it")
+                }) {
                     tracing::warn!("{said}");
                 }
                 None

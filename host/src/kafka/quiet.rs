@@ -6,7 +6,7 @@ use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 
-use crate::quiet::{say, with_held};
+use crate::quiet::said;
 
 /// A librdkafka log line at warning level or worse, said once per [`crate::quiet::REPEAT`] for its facility
 /// (`FAIL`, `REQTMOUT`, …); others are not held back.
@@ -14,8 +14,8 @@ pub fn log(level: RDKafkaLogLevel, fac: &str, message: &str) {
     if level as i32 > RDKafkaLogLevel::Warning as i32 {
         return DefaultClientContext.log(level, fac, message);
     }
-    if let Some(held) = say(&format!("log {fac}")) {
-        DefaultClientContext.log(level, fac, &with_held(message, held));
+    if let Some(said) = said(&format!("log {fac}"), || message.to_owned()) {
+        DefaultClientContext.log(level, fac, &said);
     }
 }
 
@@ -25,7 +25,7 @@ pub fn error(error: KafkaError, reason: &str) {
         Some(code) => format!("error {code:?}"),
         None => format!("error {error}"),
     };
-    if let Some(held) = say(&kind) {
-        DefaultClientContext.error(error, &with_held(reason, held));
+    if let Some(said) = said(&kind, || reason.to_owned()) {
+        DefaultClientContext.error(error, &said);
     }
 }

@@ -151,8 +151,13 @@ impl Host {
                 if let (Some(end), Some(seen)) = (end, seen) {
                     if end > seen {
                         self.metrics.end_offsets_behind.inc();
-                        if let Some(held) = crate::quiet::say(&format!("end offset behind {p}")) {
-                            let said = crate::quiet::with_held(&format!("task {p}: the broker holds its {} partition up to offset {end}, the consumer's last fetch showed {seen}: waiting for those records rather than going on without them", if side == Side::Left { "left" } else { "right" }), held);
+                        let which = if side == Side::Left { "left" } else { "right" };
+                        if let Some(said) = crate::quiet::said(
+                            &format!("end offset behind {p}"),
+                            || {
+                                format!("task {p}: the broker holds its {which} partition up to offset {end}, the consumer's last fetch showed {seen}: waiting for those records rather than going on without them")
+                            },
+                        ) {
                             tracing::info!(target: "cojoin::report", "{said}");
                         }
                     }
