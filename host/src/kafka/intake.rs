@@ -178,15 +178,11 @@ impl Intake {
     /// would have (see [`ahead`]). A side its task's queue pauses meanwhile takes none of its
     /// later records: its partition is moved back to the first of them, fetched again on resume.
     fn hand_over(&mut self, tasks: &mut impl Tasks) -> Result<()> {
-        let polled = std::mem::take(&mut self.ahead);
         // A task with a partition revoked meanwhile stops when the rebalance is applied: its
         // records are the next owner's to read from the committed points (as the loop drops
         // what it polls for a task it does not hold).
-        let revoked = if polled.rebalance {
-            self.source.revoked_pending()
-        } else {
-            BTreeSet::new()
-        };
+        let revoked = self.revoked_meanwhile();
+        let polled = std::mem::take(&mut self.ahead);
         // Sides paused by this hand-over, and the first record each did not take.
         let mut held_back: HashMap<(Side, i32), Option<i64>> = HashMap::new();
         for record in polled.before {
