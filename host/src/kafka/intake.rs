@@ -13,6 +13,7 @@
 //! `memory.queue_bytes`, resumed when it drained to half of that.
 
 pub mod ahead;
+mod asks;
 pub mod paused;
 mod rebalance;
 
@@ -120,6 +121,11 @@ impl Intake {
         let ahead = self.ahead.len();
         self.hand_over(tasks)?;
         for polled in ahead..POLL_PER_ROUND {
+            // A task's start polled while it asked the broker (kafka/intake/asks.rs): what it
+            // polled is handed over first, by the next poll.
+            if self.ahead.holds_anything() {
+                break;
+            }
             let wait = if polled == 0 { wait } else { Duration::ZERO };
             let record = match self.source.poll(wait) {
                 // A static member restarted after a kill -9 under the consumer protocol: the
@@ -341,13 +347,19 @@ impl Intake {
         if held.is_empty() {
             return Ok(());
         }
-        let starts = self.source.committed(&held)?;
+        let starts = self.committed_points(&held)?;
         for p in held {
             tasks.stop(p);
+            // Revoked by a poll while the points were asked: the next owner's, stopped here.
+            if self.revoked_meanwhile().contains(&p) {
+                continue;
+            }
             let start = starts[&p];
             self.source.rewind_and_resume(p, &start)?;
+            self.ahead.forget(p);
             self.paused.clear_task(p);
-            tasks.start(p, start, self.source.end_offsets(p));
+            let end_offsets = self.end_offsets_at_start(p);
+            tasks.start(p, start, end_offsets);
         }
         Ok(())
     }

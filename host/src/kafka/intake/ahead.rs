@@ -30,6 +30,21 @@ impl Polled {
         self.before.len() + self.after.len()
     }
 
+    /// Whether the next poll must hand it over before it polls anything (records, a rebalance
+    /// or an error a keep-alive poll brought): what is polled after comes after it.
+    pub(super) fn holds_anything(&self) -> bool {
+        self.len() > 0 || self.rebalance || self.error.is_some()
+    }
+
+    /// Drops what it holds of partition p of either topic: task p was sought back to its points,
+    /// and the records are fetched again.
+    pub(super) fn forget(&mut self, p: i32) {
+        for records in [&mut self.before, &mut self.after] {
+            records.retain(|r| r.event.partition != p);
+        }
+        self.bytes = self.before.iter().map(|r| r.event.footprint()).sum();
+    }
+
     /// Polls while `running()` (the workers are busy), up to `max_records` and `max_bytes`
     /// (`memory.queue_bytes`' share for it), and stops at a rebalance or an error.
     pub fn poll_while(

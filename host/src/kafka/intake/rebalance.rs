@@ -71,13 +71,19 @@ impl Intake {
         }
         if !changes.start.is_empty() {
             let new: Vec<i32> = changes.start.iter().map(|(p, _)| *p).collect();
-            let starts = self.source.committed(&new)?;
+            let starts = self.committed_points(&new)?;
             for (p, waited_ms) in changes.start {
+                // Revoked by a poll while the points were asked: stopped (not started) when
+                // that rebalance is applied.
+                if self.revoked_meanwhile().contains(&p) {
+                    continue;
+                }
                 let start = starts[&p];
                 // Paused earlier (a lone half, a full queue, a halted task) and librdkafka keeps
                 // that across the revoke: seek to the start and fetch again.
                 if waited_ms.is_some() || self.paused.is_paused(p) {
                     self.source.rewind_and_resume(p, &start)?;
+                    self.ahead.forget(p);
                     self.paused.clear_task(p);
                 }
                 self.waiting_reported.remove(&p);
@@ -87,7 +93,8 @@ impl Intake {
                     waited_ms,
                 }
                 .emit(&self.metrics);
-                tasks.start(p, start, self.source.end_offsets(p));
+                let end_offsets = self.end_offsets_at_start(p);
+                tasks.start(p, start, end_offsets);
             }
         }
         if let Some(settled) = settled {

@@ -9,7 +9,7 @@ use anyhow::{Context as _, Result};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{lock, Source, TIMEOUT};
+use super::{lock, Source};
 use crate::join::CommitPoint;
 use crate::kafka::transaction::{KeepAlive, Outcome};
 use crate::metrics::Metrics;
@@ -70,8 +70,13 @@ pub(super) fn commit_list(
 
 impl Source {
     /// The committed points of partition p of both topics, for each p in `tasks`: where a new
-    /// task starts (offset 0 and nothing processed when nothing was committed).
-    pub fn committed(&self, tasks: &[i32]) -> Result<HashMap<i32, [CommitPoint; 2]>> {
+    /// task starts (offset 0 and nothing processed when nothing was committed); an error when the
+    /// coordinator does not answer within `timeout`.
+    pub fn committed(
+        &self,
+        tasks: &[i32],
+        timeout: std::time::Duration,
+    ) -> Result<HashMap<i32, [CommitPoint; 2]>> {
         let mut wanted = TopicPartitionList::new();
         for &p in tasks {
             for topic in &self.topics {
@@ -80,7 +85,7 @@ impl Source {
         }
         let committed = self
             .consumer
-            .committed_offsets(wanted, TIMEOUT)
+            .committed_offsets(wanted, timeout)
             .context("reading committed offsets of the new tasks")?;
         let mut starts: HashMap<i32, [CommitPoint; 2]> = tasks
             .iter()

@@ -1,34 +1,16 @@
-//! Watermarks: the end offsets of a task's partitions, asked of the broker or as the consumer
-//! last saw them in a fetch response, and how far the consumer's positions lag behind them.
+//! Watermarks: the end offsets of a task's partitions as the consumer last saw them in a fetch
+//! response (the broker is asked on a client of its own: kafka/intake/asks.rs), and how far
+//! the consumer's positions lag behind them.
 
 use std::collections::HashMap;
 
 use rdkafka::consumer::Consumer;
 use rdkafka::Offset;
 
-use super::{Source, TIMEOUT};
+use super::Source;
 use crate::event::Side;
 
 impl Source {
-    /// End offsets of partition p of both topics as the broker reports them now (0 when it does
-    /// not answer: the first fetch will tell).
-    pub fn end_offsets(&self, p: i32) -> [i64; 2] {
-        [0, 1].map(|i| {
-            let topic = &self.topics[i];
-            match self.consumer.fetch_watermarks(topic, p, TIMEOUT) {
-                Ok((_, high)) => high,
-                Err(e) => {
-                    tracing::warn!(
-                        topic = &**topic,
-                        partition = p,
-                        "end offset not known until the first fetch: {e}"
-                    );
-                    0
-                }
-            }
-        })
-    }
-
     /// End offsets of partition p of both topics as the consumer last saw them in a fetch
     /// response (no broker round trip).
     pub fn cached_end_offsets(&self, p: i32) -> [Option<i64>; 2] {
