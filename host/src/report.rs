@@ -241,7 +241,7 @@ impl Happened<'_> {
             } => {
                 tracing::warn!(target: "cojoin::report",
                     "record {topic}-{partition}@{offset} takes {bytes} bytes, more than a task side's \
-                     queue share of {share} bytes (memory.queue_bytes, a quarter kept for prefetch, \
+                     queue share of {share} bytes (memory.queue_bytes less prefetch and polled-ahead, \
                      over tasks and sides): its partition pauses after every such record; raise \
                      memory.queue_bytes");
             }

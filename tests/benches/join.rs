@@ -29,7 +29,7 @@
 //! BENCH_GRACE_MS (default 1000 each), BENCH_PERF=1 (`perf record -g` of each cojoin run, beside
 //! its log), BENCH_VALUE_BYTES (default 100), BENCH_STEP_MS (event-time
 //! gap between left records, default 10), BENCH_MEMORY (lines for cojoin's `[memory]` section,
-//! e.g. `state_bytes = "256MiB"`), BENCH_KIND (`inner`, default, or `left`: the runs also wait for
+//! e.g. `state_bytes = "256MiB"`), BENCH_KAFKA_OPTIONS (lines for its `[kafka.options]`), BENCH_KIND (`inner`, default, or `left`: the runs also wait for
 //! the unpaid orders' expiries), BENCH_VERIFY=1 (one system and run: check the output topic holds
 //! exactly the expected outcome per order).
 //!

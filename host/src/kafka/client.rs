@@ -104,8 +104,8 @@ pub fn base(kafka: &KafkaConfig) -> ClientConfig {
 }
 
 /// The consumer of the joined topics: cojoin's settings, then the consumer's `kafka.options`
-/// (which win). `prefetch_bytes` bounds what librdkafka fetches ahead of the tasks.
-pub fn consumer(kafka: &KafkaConfig, protocol: Protocol, prefetch_bytes: u64) -> ClientConfig {
+/// (which win). `prefetch_limit` bounds what librdkafka fetches ahead of the tasks.
+pub fn consumer(kafka: &KafkaConfig, protocol: Protocol, prefetch_limit: u64) -> ClientConfig {
     let mut c = base(kafka);
     match protocol {
         Protocol::Classic => c.set("partition.assignment.strategy", "range"),
@@ -127,7 +127,7 @@ pub fn consumer(kafka: &KafkaConfig, protocol: Protocol, prefetch_bytes: u64) ->
         // it too (at least message.max.bytes); its default is 64 MiB on top of any budget.
         .set(
             "queued.max.messages.kbytes",
-            (prefetch_bytes / 1024).clamp(1024, 2_097_151).to_string(),
+            (prefetch_limit / 1024).clamp(1024, 2_097_151).to_string(),
         );
     if let Some(id) = &kafka.instance_id {
         c.set("group.instance.id", id);

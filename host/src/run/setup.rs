@@ -79,7 +79,7 @@ impl Host {
         let consumer_config = client::consumer(
             &cfg.kafka,
             protocol,
-            backpressure::prefetch_bytes(cfg.memory.queue_bytes),
+            backpressure::prefetch_limit(cfg.memory.queue_bytes),
         );
         let transactions = sink.transactions();
         let metrics = self.metrics.clone();

@@ -2,7 +2,7 @@
 //! pauses its partitions, and when they resume. Pure: the intake (kafka/intake.rs) pauses and
 //! resumes.
 //!
-//! A quarter of the budget goes to librdkafka's prefetch (`queued.max.messages.kbytes`, which
+//! A sixteenth of the budget goes to librdkafka's prefetch (`queued.max.messages.kbytes`, which
 //! also caps `fetch.max.bytes`), an eighth to the records the run loop polls while the workers
 //! run a round (handed to the tasks after it); the rest is shared by the tasks, half per side. A side is paused
 //! past its high mark and resumed at half of it, not at empty: the records still queued keep the
@@ -10,9 +10,20 @@
 //! Each side has its own marks: pausing the side that is ahead leaves the other fetching, which
 //! is what a timestamp-ordered task needs to catch it up.
 
-/// The share of the budget librdkafka's prefetch gets, in bytes.
+/// The share of the budget librdkafka's prefetch gets, in bytes. It was a quarter, and the
+/// process's peak RSS said it cost several times that (`make bench-join`, 100-byte values, the
+/// 64 MiB default: 142 MiB with a 16 MiB prefetch, 105 MiB with 4 MiB, 86 MiB with 2 MiB, at
+/// records/s within the runs' spread; BENCHMARKS.md): a smaller prefetch fetches no slower
+/// while the tasks hold a backlog.
 pub fn prefetch_bytes(queue_bytes: u64) -> u64 {
-    queue_bytes / 4
+    queue_bytes / 16
+}
+
+/// What librdkafka is told to prefetch (`queued.max.messages.kbytes`): half the share, as it
+/// counts the records' keys and values only and holds about twice that — a fetch response
+/// beyond the limit, and per record its own bookkeeping, larger than a small record.
+pub fn prefetch_limit(queue_bytes: u64) -> u64 {
+    prefetch_bytes(queue_bytes) / 2
 }
 
 /// The share of the budget for records polled during a round, in bytes.
@@ -58,13 +69,15 @@ mod tests {
     #[test]
     fn the_budget_is_shared_by_prefetch_and_both_sides_of_every_task() {
         let m = QueueMarks::new(64 << 20, 4);
-        // 16 MiB prefetch, 8 MiB polled ahead, 40 MiB for the queues, 4 tasks, 2 sides: 5 MiB.
-        assert_eq!(prefetch_bytes(64 << 20), 16 << 20);
+        // 4 MiB prefetch (librdkafka told 2), 8 MiB polled ahead, 52 MiB for the queues, 4
+        // tasks, 2 sides: 6.5 MiB.
+        assert_eq!(prefetch_bytes(64 << 20), 4 << 20);
+        assert_eq!(prefetch_limit(64 << 20), 2 << 20);
         assert_eq!(polled_ahead_bytes(64 << 20), 8 << 20);
-        assert_eq!(m.high, 5 << 20);
-        assert_eq!(m.low, 5 << 19);
+        assert_eq!(m.high, 13 << 19);
+        assert_eq!(m.low, 13 << 18);
         // No task yet: the whole queue share as one task's.
-        assert_eq!(QueueMarks::new(64 << 20, 0).high, 20 << 20);
+        assert_eq!(QueueMarks::new(64 << 20, 0).high, 26 << 20);
     }
 
     #[test]

@@ -49,6 +49,7 @@ group_id = "bench-{tag}"
 [kafka.options]
 "session.timeout.ms" = "6000"
 "heartbeat.interval.ms" = "500"
+{}
 [join]
 left = "left"
 right = "right"
@@ -69,6 +70,7 @@ bind = "127.0.0.1:0"
 [memory]
 {}
 "#,
+            std::env::var("BENCH_KAFKA_OPTIONS").unwrap_or_default(),
             join_kind(),
             window_ms(),
             grace_ms(),
@@ -138,6 +140,8 @@ bind = "127.0.0.1:0"
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The last page beside the log: what the run did (pauses, end-offset asks, rounds).
+    std::fs::write(dir.join(format!("{tag}.metrics")), &page).unwrap();
     let matches = sample(&page, "cojoin_matches_total").unwrap_or(0.0) as u64;
     let held = (0..PARTITIONS)
         .map(|p| {
