@@ -498,9 +498,10 @@ fn a_backlog_larger_than_memory_queue_bytes_is_paused_and_resumed_without_loss()
     let (_cluster, bootstrap) = join_cluster();
     let p = producer(&bootstrap);
     // 1,200 orders and 900 payments of ~8 KiB each (~17 MB) before the host starts, against a
-    // 4 MiB budget: 1 MiB for librdkafka's prefetch, 512 KiB polled ahead during a round, 2.5 MiB
-    // over 4 tasks and 2 sides, 320 KiB per side. The bulk is in a header, which the plugin does not copy into its outputs (the mock
-    // broker keeps 5 MB per partition).
+    // 4 MiB budget: 256 KiB for librdkafka's prefetch, 512 KiB polled ahead during a round,
+    // 3.25 MiB over 4 tasks and 2 sides, 416 KiB per side (task/backpressure.rs). The bulk is in
+    // a header, which the plugin does not copy into its outputs (the mock broker keeps 5 MB per
+    // partition).
     let pad = vec![b'x'; 8 * 1024];
     let send_padded = |topic: &str, key: &str, value: &str, ts: i64| {
         let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
@@ -542,10 +543,12 @@ fn a_backlog_larger_than_memory_queue_bytes_is_paused_and_resumed_without_loss()
     );
     let pauses = sample(&page, "cojoin_backpressure_pauses_total").unwrap();
     assert!(pauses > 0, "the backlog never filled a queue:\n{page}");
-    // A side pauses on the record that takes it past 320 KiB (records polled ahead for a side
+    // A side pauses on the record that takes it past its share (records polled ahead for a side
     // paused meanwhile are fetched again later): no queue ever held more than
-    // 2 x (320 KiB + one record).
-    let bound = 2 * (320 * 1024 + 9 * 1024);
+    // 2 x (the share + one record).
+    let share = cojoin::task::backpressure::QueueMarks::new(4 << 20, 4).high;
+    assert_eq!(share, 416 * 1024);
+    let bound = 2 * (share as u64 + 9 * 1024);
     let peaks: Vec<u64> = page
         .lines()
         .filter(|l| l.starts_with("cojoin_queue_peak_bytes{"))

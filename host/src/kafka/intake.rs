@@ -17,7 +17,7 @@ mod asks;
 pub mod paused;
 mod rebalance;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +33,7 @@ use crate::metrics::Metrics;
 use crate::report::Happened;
 use crate::task::backpressure::{self, QueueMarks};
 use ahead::Polled;
+use asks::EndOffsetAsks;
 use paused::{Pause, Paused};
 
 /// Records polled at most per round, so that rounds (and commits) keep coming under a backlog.
@@ -64,7 +65,8 @@ pub type Remake = Box<dyn Fn() -> Result<Source>>;
 
 pub struct Intake {
     source: Source,
-    /// A client of its own for the end offsets tasks ask ([`Intake::end_offset_now`]): asked on
+    /// A client of its own for the end offsets tasks ask ([`Intake::end_offset_now`], and at a
+    /// task's start: kafka/intake/asks.rs): asked on
     /// the consumer's connection, an answer waited behind its fetch long-poll (~500 ms each,
     /// measured: 6 asks took 3 s of a 0.6 s benchmark).
     watermarks: BaseConsumer,
@@ -162,8 +164,9 @@ impl Intake {
             .poll_while(&self.source, running, POLL_PER_ROUND, max_bytes);
     }
 
-    /// One poll without waiting, while the loop waits on the broker (a delivery, a commit):
-    /// librdkafka leaves the group when the consumer is not polled for `max.poll.interval.ms`.
+    /// One poll without waiting, while the loop waits on the broker (a delivery, a commit, a
+    /// task's start): librdkafka leaves the group when the consumer is not polled for
+    /// `max.poll.interval.ms`.
     pub fn keep_alive(&mut self) {
         self.ahead.keep_alive(&self.source);
     }
@@ -204,15 +207,26 @@ impl Intake {
                 held_back.insert(at, None);
             }
         }
+        // Sides sought back to their first record not taken: what was polled of them after the
+        // rebalance is fetched again too.
+        let mut sought = HashSet::new();
         for ((side, p), first) in held_back {
             if let Some(offset) = first {
                 self.source.seek_side(side, p, offset)?;
+                sought.insert((side, p));
             }
         }
-        if polled.rebalance {
-            self.apply_rebalance(tasks)?;
-        }
+        let rewound = if polled.rebalance {
+            self.apply_rebalance(tasks)?
+        } else {
+            BTreeSet::new()
+        };
         for record in polled.after {
+            let (side, p) = (record.side, record.event.partition);
+            // A task started sought back to its points fetches these again.
+            if sought.contains(&(side, p)) || rewound.contains(&p) {
+                continue;
+            }
             self.queue(tasks, record)?;
         }
         match polled.error {
@@ -347,7 +361,12 @@ impl Intake {
         if held.is_empty() {
             return Ok(());
         }
+        // What the tasks published went with the aborted transaction: nothing of theirs is
+        // committed (by the loop, or a revoke callback in the polls below) until they publish
+        // again, from their committed points.
+        self.source.unpublish(&held);
         let starts = self.committed_points(&held)?;
+        let mut asks = EndOffsetAsks::default();
         for p in held {
             tasks.stop(p);
             // Revoked by a poll while the points were asked: the next owner's, stopped here.
@@ -358,8 +377,9 @@ impl Intake {
             self.source.rewind_and_resume(p, &start)?;
             self.ahead.forget(p);
             self.paused.clear_task(p);
-            let end_offsets = self.end_offsets_at_start(p);
+            let end_offsets = self.end_offsets_at_start(p, &mut asks);
             tasks.start(p, start, end_offsets);
+            self.source.publish(p, start);
         }
         Ok(())
     }

@@ -17,7 +17,8 @@
 //!   (through the consumer, or the exactly-once transaction) — and each outcome reported.
 //! - [`pause`]: pausing and resuming partitions (which are paused is the intake's to know).
 //! - [`seek`]: moving fetch positions back (one partition, or a whole task before it resumes).
-//! - [`watermarks`]: end offsets (asked of the broker, or as last fetched) and lag.
+//! - [`watermarks`]: end offsets as last fetched, and lag (the broker is asked on a client of
+//!   its own: kafka/intake/asks.rs).
 
 mod commit;
 mod pause;

@@ -18,7 +18,8 @@ pub struct Polled {
     bytes: usize,
     /// A rebalance callback ran in the last poll: polling stopped there.
     pub rebalance: bool,
-    /// The records of the poll that ran the callback, and of any keep-alive poll after it.
+    /// The records of the polls after the callback ran (keep-alive polls while the loop waited
+    /// on the broker; rdkafka returns none from the poll that runs it).
     pub after: Vec<Record>,
     /// The consumer failed for good: reported once the round is delivered.
     pub error: Option<anyhow::Error>,

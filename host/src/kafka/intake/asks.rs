@@ -2,18 +2,19 @@
 //! partitions — asked without leaving the group. librdkafka leaves the group when the consumer is
 //! not polled for `max.poll.interval.ms`; one ask that waits out its timeout (10 s) while a
 //! broker is away used to take all of it (a host left the group after an aborted transaction's
-//! rewind, under load). Each ask here waits at most [`ASKED_ONCE`] and is asked again, the
+//! rewind, under load). Each ask here waits a few seconds at most and is asked again, the
 //! consumer polled between, until it answers or its bound passed.
 //!
 //! What those polls return is kept with the records polled ahead ([`super::ahead`]) and handed
 //! over first by the next poll; a task then sought back to its points forgets what was polled
-//! of it meanwhile (fetched again), and a task whose partition a poll revoked meanwhile is not
-//! started (its records are the next owner's).
+//! of it meanwhile (fetched again), and a task whose partition a poll revoked while its points
+//! were asked is not started (its records are the next owner's; one revoked later, while its end
+//! offsets are asked, starts and is stopped when that rebalance is applied, its batch dropped).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use rdkafka::consumer::Consumer;
 
 use super::Intake;
@@ -21,28 +22,46 @@ use crate::event::Side;
 use crate::join::CommitPoint;
 use crate::kafka::timeouts;
 
-/// How long one ask waits before the consumer is polled and it is asked again.
-const ASKED_ONCE: Duration = Duration::from_secs(1);
+/// How long the first ask waits before the consumer is polled and it is asked again; each
+/// further ask waits twice as long, up to [`ASKED_AT_MOST`].
+const ASKED_FIRST: Duration = Duration::from_secs(1);
+/// The longest one ask waits without a poll: well under any `max.poll.interval.ms` (at least
+/// the session timeout, whose broker minimum is 6 s), yet long enough for a broker that answers
+/// slowly, not only for one that answers at once.
+const ASKED_AT_MOST: Duration = Duration::from_secs(4);
+
+/// The end offsets asked for the tasks one rebalance (or rewind) starts: once one side went
+/// unanswered for its whole bound, the others are not asked (a broker away would otherwise cost
+/// that bound per task, with no round or commit meanwhile).
+#[derive(Default)]
+pub(super) struct EndOffsetAsks {
+    unanswered: bool,
+}
 
 impl Intake {
-    /// Asks `ask` (each waiting at most [`ASKED_ONCE`]) until it answers or `within` passed,
-    /// polling the consumer between asks: the last answer.
+    /// Asks `ask` (each waiting up to twice as long as the last, from [`ASKED_FIRST`] to
+    /// [`ASKED_AT_MOST`]) until it answers or `within` passed, polling the consumer between
+    /// asks: the last answer. Stops asking when the consumer failed for good (the next poll
+    /// reports it).
     fn asking<T>(
         &mut self,
         within: Duration,
         mut ask: impl FnMut(&Self, Duration) -> Result<T>,
     ) -> Result<T> {
         let deadline = Instant::now() + within;
+        let mut wait = ASKED_FIRST;
         loop {
             let asked = Instant::now();
-            let answer = ask(self, ASKED_ONCE);
-            if answer.is_ok() || Instant::now() >= deadline {
+            let answer = ask(self, wait);
+            let failed_for_good = self.ahead.error.is_some();
+            if answer.is_ok() || failed_for_good || Instant::now() >= deadline {
                 self.keep_alive();
                 return answer;
             }
             // An ask refused at once is not asked again at once.
-            std::thread::sleep(ASKED_ONCE.saturating_sub(asked.elapsed()));
+            std::thread::sleep(wait.saturating_sub(asked.elapsed()).min(ASKED_FIRST));
             self.keep_alive();
+            wait = (wait * 2).min(ASKED_AT_MOST);
         }
     }
 
@@ -55,13 +74,23 @@ impl Intake {
         self.asking(timeouts::COORDINATED, |me, wait| {
             me.source.committed(tasks, wait)
         })
+        .with_context(|| {
+            format!(
+                "asked for {:?} without an answer (kafka.bootstrap_servers unreachable, or the group coordinator away)",
+                timeouts::COORDINATED
+            )
+        })
     }
 
     /// End offsets of task p's partitions as the broker reports them now (under read_committed,
     /// the last stable offsets): the floor below which the consumer's cached end offsets are
-    /// stale. 0 for a side not answered within [`timeouts::REQUEST`] (the first fetch tells).
-    pub(super) fn end_offsets_at_start(&mut self, p: i32) -> [i64; 2] {
+    /// stale. 0 for a side not answered within [`timeouts::REQUEST`] (the first fetch tells),
+    /// and for every side after one was not (`asks`).
+    pub(super) fn end_offsets_at_start(&mut self, p: i32, asks: &mut EndOffsetAsks) -> [i64; 2] {
         [Side::Left, Side::Right].map(|side| {
+            if asks.unanswered {
+                return 0;
+            }
             let topic = self.source.topic(side).to_owned();
             let asked = self.asking(timeouts::REQUEST, |me, wait| {
                 Ok(me.watermarks.fetch_watermarks(&topic, p, wait)?)
@@ -69,10 +98,11 @@ impl Intake {
             match asked {
                 Ok((_, high)) => high,
                 Err(e) => {
+                    asks.unanswered = true;
                     tracing::warn!(
                         topic,
                         partition = p,
-                        "end offset not known until the first fetch: {e}"
+                        "end offset not known until the first fetch: {e}; the other tasks starting now are not asked"
                     );
                     0
                 }

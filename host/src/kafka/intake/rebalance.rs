@@ -3,10 +3,12 @@
 //! from their committed points; each reported. Tasks not named keep running with their state
 //! and queue.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::Result;
 
+use super::asks::EndOffsetAsks;
 use super::paused::Pause;
 use super::{Intake, Tasks};
 use crate::event::Side;
@@ -18,12 +20,14 @@ const WAITING_REPORTED_AFTER: Duration = Duration::from_secs(5);
 impl Intake {
     /// Applies what the rebalance callbacks recorded: stops the tasks that lost a partition,
     /// pauses halves without their pair, starts the tasks whose pair is complete from their
-    /// committed offsets and processed-through metadata.
-    pub(super) fn apply_rebalance(&mut self, tasks: &mut impl Tasks) -> Result<()> {
+    /// committed offsets and processed-through metadata. Returns the tasks started sought back
+    /// to their points (what was polled of them before is fetched again).
+    pub(super) fn apply_rebalance(&mut self, tasks: &mut impl Tasks) -> Result<BTreeSet<i32>> {
+        let mut rewound = BTreeSet::new();
         let rebalanced = self.source.rebalanced();
         if rebalanced.revoked.is_empty() && rebalanced.assigned.is_empty() && !rebalanced.assignment
         {
-            return Ok(());
+            return Ok(rewound);
         }
         let now = crate::clock::now_ms() as i64;
         let (changes, mut settled) =
@@ -72,9 +76,11 @@ impl Intake {
         if !changes.start.is_empty() {
             let new: Vec<i32> = changes.start.iter().map(|(p, _)| *p).collect();
             let starts = self.committed_points(&new)?;
+            let mut asks = EndOffsetAsks::default();
             for (p, waited_ms) in changes.start {
-                // Revoked by a poll while the points were asked: stopped (not started) when
-                // that rebalance is applied.
+                self.waiting_reported.remove(&p);
+                // Revoked by a poll while the points were asked: not started (stopped, as
+                // never run, when that rebalance is applied).
                 if self.revoked_meanwhile().contains(&p) {
                     continue;
                 }
@@ -85,15 +91,15 @@ impl Intake {
                     self.source.rewind_and_resume(p, &start)?;
                     self.ahead.forget(p);
                     self.paused.clear_task(p);
+                    rewound.insert(p);
                 }
-                self.waiting_reported.remove(&p);
                 Happened::TaskAssigned {
                     task: p,
                     start: &start,
                     waited_ms,
                 }
                 .emit(&self.metrics);
-                let end_offsets = self.end_offsets_at_start(p);
+                let end_offsets = self.end_offsets_at_start(p, &mut asks);
                 tasks.start(p, start, end_offsets);
             }
         }
@@ -104,7 +110,7 @@ impl Intake {
             }
             .emit(&self.metrics);
         }
-        Ok(())
+        Ok(rewound)
     }
 
     /// Says once of each task whose lone half has waited for its pair longer than

@@ -86,7 +86,7 @@ impl Source {
         let committed = self
             .consumer
             .committed_offsets(wanted, timeout)
-            .context("reading committed offsets of the new tasks")?;
+            .context("reading the committed offsets of the tasks to start")?;
         let mut starts: HashMap<i32, [CommitPoint; 2]> = tasks
             .iter()
             .map(|&p| (p, [CommitPoint::new(0, [], None); 2]))
@@ -105,6 +105,14 @@ impl Source {
             }
         }
         Ok(starts)
+    }
+
+    /// Drops the points published for `tasks`: exactly-once, they belonged to an aborted
+    /// transaction, and a commit before the tasks publish again (the loop's next one, or a revoke
+    /// callback's) would carry offsets past outputs no reader will see.
+    pub fn unpublish(&self, tasks: &[i32]) {
+        let mut s = lock(&self.shared);
+        s.points.retain(|(_, p), _| !tasks.contains(p));
     }
 
     /// Records what task p would commit now for the left and the right partition; the next
