@@ -196,11 +196,17 @@ fn a_re_keyed_record_over_the_internal_topic_s_limit_is_dead_lettered_and_the_si
     kafka.create_topic_with("payments", 4, &[("max.message.bytes", "4000000")]);
     kafka.create_topic("orders-paid", 1);
     kafka.create_topic("dlq", 1);
-    // cojoin's producers would send it (their own limit raised); the broker refuses it.
-    let config = config(&kafka, "").replace(
-        "[kafka.options]\n",
-        "[kafka.options]\n\"message.max.bytes\" = \"4000000\"\n",
-    );
+    // cojoin's producers would send it (their own limit raised); the broker refuses it. The
+    // step writes the payments after each refused record's retry and dead letter, seconds on a
+    // busy machine, while the internal topic looks caught up: the join waits up to 10 s (with
+    // 1 s, two CPU hogs made 877 payments late and their orders unpaid).
+    let config = config(&kafka, "")
+        .replace(
+            "[kafka.options]\n",
+            "[kafka.options]\n\"message.max.bytes\" = \"4000000\"\n",
+        )
+        .replace("max_idle = \"1s\"", "max_idle = \"10s\"");
+    assert!(config.contains("max_idle = \"10s\""), "{config}");
     assert!(config.contains("\"message.max.bytes\""), "{config}");
     let host = HostProcess::start(&dir, "host-0", &config);
     let (orders, pays): (Vec<Record>, Vec<Record>) = stream::orders(0, ORDERS)
