@@ -47,7 +47,7 @@ fn repeats() -> &'static Repeats {
 }
 
 /// Whether to say a complaint of `kind` now ([`Repeats::say`] on the host's record).
-pub fn say(kind: &str) -> Option<u64> {
+fn say(kind: &str) -> Option<u64> {
     repeats().say(kind, Instant::now())
 }
 
@@ -58,7 +58,7 @@ pub fn said(kind: &str, message: impl FnOnce() -> String) -> Option<String> {
 }
 
 /// `message`, and how many like it were held back before it.
-pub fn with_held(message: &str, held: u64) -> String {
+fn with_held(message: &str, held: u64) -> String {
     if held == 0 {
         message.to_owned()
     } else {

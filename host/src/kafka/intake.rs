@@ -320,10 +320,10 @@ impl Intake {
     /// The end offset of one side of task p as the broker reports it now (under read_committed,
     /// the last stable offset); `None` when it does not answer within [`END_OFFSET_ASKED`].
     pub fn end_offset_now(&self, side: Side, p: i32) -> Option<i64> {
-        let topic = self.source.topic(side);
-        match self.watermarks.fetch_watermarks(topic, p, END_OFFSET_ASKED) {
-            Ok((_, high)) => Some(high),
+        match self.broker_end_offset(side, p, END_OFFSET_ASKED) {
+            Ok(high) => Some(high),
             Err(e) => {
+                let topic = self.source.topic(side);
                 if let Some(said) = crate::quiet::said("end offset asked", || {
                     format!("the end offset of {topic}/{p} was asked and not given: {e}; the task goes on without waiting for it")
                 }) {
@@ -332,6 +332,14 @@ impl Intake {
                 None
             }
         }
+    }
+
+    /// The end offset of one side of task p, asked of the broker on the client of its own,
+    /// waiting at most `wait`.
+    fn broker_end_offset(&self, side: Side, p: i32, wait: Duration) -> Result<i64> {
+        let topic = self.source.topic(side);
+        let (_, high) = self.watermarks.fetch_watermarks(topic, p, wait)?;
+        Ok(high)
     }
 
     /// Records what task p would commit now; the next commit (or a revoke) commits it.

@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use rdkafka::consumer::Consumer;
 
 use super::Intake;
 use crate::event::Side;
@@ -91,16 +90,15 @@ impl Intake {
             if asks.unanswered {
                 return 0;
             }
-            let topic = self.source.topic(side).to_owned();
             let asked = self.asking(timeouts::REQUEST, |me, wait| {
-                Ok(me.watermarks.fetch_watermarks(&topic, p, wait)?)
+                me.broker_end_offset(side, p, wait)
             });
             match asked {
-                Ok((_, high)) => high,
+                Ok(high) => high,
                 Err(e) => {
                     asks.unanswered = true;
                     tracing::warn!(
-                        topic,
+                        topic = self.source.topic(side),
                         partition = p,
                         "end offset not known until the first fetch: {e}; the other tasks starting now are not asked"
                     );
