@@ -166,6 +166,23 @@ pub fn post_mortem(kafka: &Kafka, hosts: &[HostProcess]) -> String {
             .collect();
         out.push_str(&format!("{}: {}\n", h.name, counters.join(", ")));
     }
+    // What the hosts warned of (an end offset not given, a consumer error) says why a record
+    // came late or went missing when the run's directory is gone (CI keeps only this output).
+    for h in hosts {
+        let log = h.log_text();
+        let warned: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("\"level\":\"WARN\"") || l.contains("\"level\":\"ERROR\""))
+            .collect();
+        let from = warned.len().saturating_sub(30);
+        out.push_str(&format!(
+            "{} warned {} times, the last {}:\n{}\n",
+            h.name,
+            warned.len(),
+            warned.len() - from,
+            warned[from..].join("\n")
+        ));
+    }
     let mut dlq = kafka.reader("dlq", 1);
     let dead: Vec<String> = dlq
         .read_for(Duration::from_secs(2))

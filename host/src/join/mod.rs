@@ -13,6 +13,6 @@ pub mod state;
 mod store;
 
 pub use offsets::{CommitPoint, ReplayBounds};
-pub use order::{Admission, TaskQueue};
+pub use order::{Admission, TaskQueue, BACKLOG_WAIT_MS};
 pub use state::{JoinKind, JoinOutcome, JoinState, JoinWindow};
 pub use store::{SpillDir, StoreStats, MAX_ORIGINS};

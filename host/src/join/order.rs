@@ -18,7 +18,10 @@
 //! with the other side's records queued by then. Those queued later may have been written after
 //! the answer, beside records of the empty side the broker did not have yet: they wait for the
 //! next answer (a record produced later than its partner by more than `grace` is late whatever
-//! the host does; one the broker held is not).
+//! the host does; one the broker held is not). No answer (a broker away, or one slow to answer on
+//! a busy machine) is not "caught up": as Kafka Streams waits while a partition's lag is unknown,
+//! the task keeps waiting and asking, for at most [`BACKLOG_WAIT_MS`] from the first unanswered
+//! ask; then it goes on until that side moves.
 //!
 //! A side paused for backpressure (its queue passed its share of `memory.queue_bytes`) is not an
 //! empty side: its records are on the broker, and going on with the other side would make them
@@ -95,6 +98,10 @@ pub struct TaskQueue {
     /// Per side: the broker answered that it has nothing past the next offset (the next offset
     /// then, and how many records the other side had been pushed then: those may go on).
     confirmed: [Option<(Option<i64>, u64)>; 2],
+    /// Per side: the last ask was not answered, and since when (the clock of the `choose` that
+    /// first saw it); cleared by an answer or a record of that side.
+    unanswered: [bool; 2],
+    unanswered_since: [Option<i64>; 2],
     /// Per side: records pushed so far.
     pushed: [u64; 2],
     /// Per side: bytes of the queued events.
@@ -120,6 +127,8 @@ impl TaskQueue {
             broker_end: [None, None],
             wants_end: [false; 2],
             confirmed: [None, None],
+            unanswered: [false; 2],
+            unanswered_since: [None, None],
             pushed: [0; 2],
             bytes: [0; 2],
             paused: [false; 2],
@@ -196,16 +205,22 @@ impl TaskQueue {
         self.wants_end
     }
 
-    /// The broker's end offset of `side`'s partition, asked now (`None`: it did not answer, and
-    /// the task goes on as it would have). Past the next offset, the records there are waited
-    /// for (as a known backlog, bounded by [`BACKLOG_WAIT_MS`]); else the side is caught up and
-    /// the task goes on without it for the rest of this wait.
+    /// The broker's end offset of `side`'s partition, asked now (`None`: no answer; the task
+    /// waits and asks again, see the module doc). Past the next offset, the records there are
+    /// waited for (as a known backlog, bounded by [`BACKLOG_WAIT_MS`]); else the side is caught
+    /// up and the task goes on without it for the rest of this wait.
     pub fn confirm_end_offset(&mut self, side: Side, end: Option<i64>) {
         let i = side.index();
         let next = self.next_offset[i];
         self.wants_end[i] = false;
-        match (end, next) {
-            (Some(end), Some(next)) if end > next => self.broker_end[i] = Some(end),
+        let Some(end) = end else {
+            self.unanswered[i] = true;
+            return;
+        };
+        self.unanswered[i] = false;
+        self.unanswered_since[i] = None;
+        match next {
+            Some(next) if end > next => self.broker_end[i] = Some(end),
             _ => self.confirmed[i] = Some((next, self.pushed[1 - i])),
         }
     }
@@ -232,6 +247,8 @@ impl TaskQueue {
     pub fn push_admitted(&mut self, side: Side, event: Event, admission: Admission) {
         // Saturating: a recording (`plugin test`) may give any offset, i64::MAX too.
         self.next_offset[side.index()] = Some(event.offset.saturating_add(1));
+        self.unanswered[side.index()] = false;
+        self.unanswered_since[side.index()] = None;
         let bytes = event.footprint();
         self.bytes[side.index()] += bytes;
         let seq = self.pushed[side.index()];
@@ -369,8 +386,14 @@ impl TaskQueue {
                     return None;
                 }
                 if self.unconfirmed(empty) {
-                    self.wants_end[i] = true;
-                    return None;
+                    let unanswered_for = self.unanswered[i]
+                        .then(|| now_ms - *self.unanswered_since[i].get_or_insert(now_ms));
+                    if unanswered_for.is_none_or(|t| t < BACKLOG_WAIT_MS) {
+                        self.wants_end[i] = true;
+                        return None;
+                    }
+                    // Given up asking until the side moves on, as a backlog that never comes.
+                    self.confirmed[i] = Some((self.next_offset[i], u64::MAX));
                 }
                 Some(side)
             }

@@ -325,7 +325,7 @@ impl Intake {
             Err(e) => {
                 let topic = self.source.topic(side);
                 if let Some(said) = crate::quiet::said("end offset asked", || {
-                    format!("the end offset of {topic}/{p} was asked and not given: {e}; the task goes on without waiting for it")
+                    format!("the end offset of {topic}/{p} was asked and not given: {e}; the task waits for that partition and asks again (for at most {} s before it goes on without it)", crate::join::BACKLOG_WAIT_MS / 1000)
                 }) {
                     tracing::warn!("{said}");
                 }

@@ -127,8 +127,8 @@ impl Host {
     /// cached end offset says they are caught up, and may be old: join/order.rs). True when one
     /// was asked: the task can go on (or knows to wait) now, so the next poll does not wait.
     /// After an ask without an answer (a broker away) the others of the round are not asked: they
-    /// go on as without asking, and the loop does not block an answer's timeout per task while
-    /// the group waits for its next poll.
+    /// wait as without an answer (asked again next round), and the loop does not block an
+    /// answer's timeout per task while the group waits for its next poll.
     fn ask_end_offsets(&self, intake: &mut Intake, tasks: &mut Held) -> bool {
         let mut asked = false;
         let mut answering = true;
