@@ -14,6 +14,7 @@
 
 pub mod ahead;
 mod asks;
+pub use asks::EndOffsetAsks;
 pub mod paused;
 mod rebalance;
 
@@ -33,7 +34,6 @@ use crate::metrics::Metrics;
 use crate::report::Happened;
 use crate::task::backpressure::{self, QueueMarks};
 use ahead::Polled;
-use asks::EndOffsetAsks;
 use paused::{Pause, Paused};
 
 /// Records polled at most per round, so that rounds (and commits) keep coming under a backlog.

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::event::Side;
-use crate::kafka::intake::Intake;
+use crate::kafka::intake::{EndOffsetAsks, Intake};
 use crate::kafka::sink::{Delivered, Refused, Sink};
 use crate::report::Happened;
 use crate::task::{pool, Batch};
@@ -131,22 +131,19 @@ impl Host {
     /// answer's timeout per task while the group waits for its next poll.
     fn ask_end_offsets(&self, intake: &mut Intake, tasks: &mut Held) -> bool {
         let mut asked = false;
-        let mut answering = true;
+        let mut asks = EndOffsetAsks::default();
         for (p, task) in tasks.map.iter_mut() {
             let wanted = task.end_offsets_wanted();
             for side in [Side::Left, Side::Right] {
                 if !wanted[side.index()] {
                     continue;
                 }
-                let end = if answering {
+                let end = asks.ask(|| {
                     self.metrics.end_offsets_asked.inc();
                     let end = intake.end_offset_now(side, *p);
                     intake.keep_alive();
                     end
-                } else {
-                    None
-                };
-                answering &= end.is_some();
+                });
                 let seen = intake.end_offsets_seen(*p)[side.index()];
                 if let (Some(end), Some(seen)) = (end, seen) {
                     if end > seen {

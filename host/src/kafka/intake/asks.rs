@@ -29,12 +29,24 @@ const ASKED_FIRST: Duration = Duration::from_secs(1);
 /// slowly, not only for one that answers at once.
 const ASKED_AT_MOST: Duration = Duration::from_secs(4);
 
-/// The end offsets asked for the tasks one rebalance (or rewind) starts: once one side went
-/// unanswered for its whole bound, the others are not asked (a broker away would otherwise cost
-/// that bound per task, with no round or commit meanwhile).
+/// End offsets asked together (for the tasks one rebalance or rewind starts, or by one round):
+/// once one went unanswered for its whole bound, the others are not asked (a broker away would
+/// otherwise cost that bound per task, with no round or commit meanwhile).
 #[derive(Default)]
-pub(super) struct EndOffsetAsks {
+pub struct EndOffsetAsks {
     unanswered: bool,
+}
+
+impl EndOffsetAsks {
+    /// What `ask` answers, or `None` without asking once an ask of these went unanswered.
+    pub fn ask<T>(&mut self, ask: impl FnOnce() -> Option<T>) -> Option<T> {
+        if self.unanswered {
+            return None;
+        }
+        let answer = ask();
+        self.unanswered = answer.is_none();
+        answer
+    }
 }
 
 impl Intake {
@@ -87,24 +99,21 @@ impl Intake {
     /// and for every side after one was not (`asks`).
     pub(super) fn end_offsets_at_start(&mut self, p: i32, asks: &mut EndOffsetAsks) -> [i64; 2] {
         [Side::Left, Side::Right].map(|side| {
-            if asks.unanswered {
-                return 0;
-            }
-            let asked = self.asking(timeouts::REQUEST, |me, wait| {
-                me.broker_end_offset(side, p, wait)
-            });
-            match asked {
-                Ok(high) => high,
-                Err(e) => {
-                    asks.unanswered = true;
-                    tracing::warn!(
-                        topic = self.source.topic(side),
-                        partition = p,
-                        "end offset not known until the first fetch: {e}; the other tasks starting now are not asked"
-                    );
-                    0
-                }
-            }
+            asks.ask(|| {
+                let asked = self.asking(timeouts::REQUEST, |me, wait| {
+                    me.broker_end_offset(side, p, wait)
+                });
+                asked
+                    .inspect_err(|e| {
+                        tracing::warn!(
+                            topic = self.source.topic(side),
+                            partition = p,
+                            "end offset not known until the first fetch: {e}; the other tasks starting now are not asked"
+                        );
+                    })
+                    .ok()
+            })
+            .unwrap_or(0)
         })
     }
 }
