@@ -15,8 +15,9 @@
 //! publishes may see part of a round (publish.rs adds causes before effects, so that a scrape
 //! never sees an output acknowledged before the match that made it).
 //!
-//! Two metric types are ours: the call latency histogram ([`CallLatency`]: prometheus-client's
-//! takes a lock per observation and cannot take a round's buckets at once) and the one value
+//! Two metric types are ours: histograms fed a round at a time ([`Histogram`], for plugin calls
+//! and match latency: prometheus-client's takes a lock per observation and cannot take a round's
+//! buckets at once) and the one value
 //! computed at scrape time, the seconds the repartition step has been failing for
 //! ([`SecondsSince`]: it must go on rising when the step hangs).
 //!
@@ -25,6 +26,7 @@
 //! lines), and appends `_total` to a counter's samples and `.` to each help text.
 
 mod calls;
+mod histogram;
 mod since;
 
 use std::collections::BTreeMap;
@@ -39,7 +41,18 @@ use prometheus_client::registry::Registry;
 use crate::event::FailureKind;
 
 pub use calls::{CallLatency, CallStats, LATENCY_BUCKETS};
+pub use histogram::{Bounds, Counts, Histogram};
 pub use since::SecondsSince;
+
+/// Upper bounds (seconds) of `cojoin_match_latency_seconds`: 1 ms to 60 s.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MatchBounds;
+
+impl Bounds for MatchBounds {
+    const UPPER: &'static [f64] = &[
+        0.001, 0.002_5, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    ];
+}
 
 /// A counter of seconds (a sum of durations).
 pub type Seconds = Counter<f64, AtomicU64>;
@@ -155,6 +168,8 @@ metrics! {
     state_bytes: Family<Task, Gauge> = "cojoin_state_bytes", "Bytes held in join state (in RAM and on disk), per task";
     state_ram_bytes: Family<Task, Gauge> = "cojoin_state_ram_bytes", "Bytes of join state segments in RAM, per task (memory.state_bytes bounds their sum)";
     state_disk_bytes: Family<Task, Gauge> = "cojoin_state_disk_bytes", "Bytes of join state spilled to files under state.dir, per task";
+    task_waited_seconds: Family<Task, Gauge<f64, AtomicU64>> = "cojoin_task_waited_seconds", "Seconds a task's queued records waited for a side since it started on this host (join.max_idle for a caught-up side, a side's backlog on the broker, the broker's answer, replay, a paused side); the latency a task adds beside the plugin and the producer";
+    match_latency: Histogram<MatchBounds> = "cojoin_match_latency_seconds", "Per output: from the later input's timestamp (its producer's clock, or the broker's append time) to the broker acknowledging the output (under exactly-once, before its transaction commits); needs clocks in step";
     queue_bytes: Family<Task, Gauge> = "cojoin_queue_bytes", "Bytes of records consumed and not processed yet, per task (memory.queue_bytes bounds their sum)";
     queue_peak_bytes: Family<Task, Gauge> = "cojoin_queue_peak_bytes", "The most bytes of records a task's queue held at once since it started";
     repartition_held_records: Gauge = "cojoin_repartition_held_records", "Records the repartition step has read and holds for its timestamp merge";
@@ -180,6 +195,8 @@ pub struct TaskGauges {
     pub paused: usize,
     /// Records behind the high watermark, per side (left, right), when known.
     pub lag: [Option<i64>; 2],
+    /// Milliseconds records waited for a side since the task started here.
+    pub waited_ms: i64,
 }
 
 /// Every failure kind, for [`Metrics::plugin_calls`] (the match below makes a new kind a compile
@@ -256,6 +273,9 @@ impl Metrics {
         for (family, value) in self.per_task(gauges) {
             family.get_or_create(&Task { task }).set(value as i64);
         }
+        self.task_waited_seconds
+            .get_or_create(&Task { task })
+            .set(gauges.waited_ms as f64 / 1000.0);
         for (side, lag) in SIDES.into_iter().zip(gauges.lag) {
             let labels = TaskSide { task, side };
             match lag {
@@ -274,6 +294,7 @@ impl Metrics {
         for (family, _) in self.per_task(&TaskGauges::default()) {
             family.remove(&Task { task });
         }
+        self.task_waited_seconds.remove(&Task { task });
         for side in SIDES {
             self.consumer_lag.remove(&TaskSide { task, side });
         }
@@ -284,7 +305,9 @@ impl Metrics {
         let plugin = Plugin {
             plugin: label.to_owned(),
         };
-        self.plugin_call_seconds.get_or_create(&plugin).add(stats);
+        self.plugin_call_seconds
+            .get_or_create(&plugin)
+            .add(&stats.latency);
         self.plugin_instance_recycles
             .get_or_create(&plugin)
             .inc_by(stats.recycles);

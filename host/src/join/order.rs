@@ -110,6 +110,10 @@ pub struct TaskQueue {
     paused: [bool; 2],
     /// The most bytes both sides held at once.
     peak_bytes: usize,
+    /// Since when records are queued and none may be taken (a wait for a side), and the
+    /// milliseconds of the waits that ended.
+    waiting_since: Option<i64>,
+    waited_ms: i64,
 }
 
 impl TaskQueue {
@@ -133,6 +137,8 @@ impl TaskQueue {
             bytes: [0; 2],
             paused: [false; 2],
             peak_bytes: 0,
+            waiting_since: None,
+            waited_ms: 0,
         }
     }
 
@@ -149,6 +155,12 @@ impl TaskQueue {
     /// The most bytes both sides held at once so far.
     pub fn peak_bytes(&self) -> usize {
         self.peak_bytes
+    }
+
+    /// Milliseconds records waited in the queue with none to take (for an empty side, its
+    /// replay records, or a paused one), counted when each wait ends.
+    pub fn waited_ms(&self) -> i64 {
+        self.waited_ms
     }
 
     pub fn is_paused(&self, side: Side) -> bool {
@@ -314,7 +326,17 @@ impl TaskQueue {
 
     /// Like [`TaskQueue::next`], also giving the record's admission.
     pub fn next_record(&mut self, now_ms: i64) -> Option<(Side, Event, Admission)> {
-        let side = self.choose(now_ms)?;
+        let Some(side) = self.choose(now_ms) else {
+            if self.is_empty() {
+                self.waiting_since = None;
+            } else {
+                self.waiting_since.get_or_insert(now_ms);
+            }
+            return None;
+        };
+        if let Some(since) = self.waiting_since.take() {
+            self.waited_ms += (now_ms - since).max(0);
+        }
         let q = self
             .queue(side)
             .pop_front()

@@ -14,7 +14,6 @@
 
 pub mod ahead;
 mod asks;
-pub use asks::EndOffsetAsks;
 pub mod paused;
 mod rebalance;
 
@@ -24,6 +23,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::event::Side;
 use crate::join::CommitPoint;
@@ -38,9 +38,16 @@ use paused::{Pause, Paused};
 
 /// Records polled at most per round, so that rounds (and commits) keep coming under a backlog.
 pub const POLL_PER_ROUND: usize = 10_000;
-/// How long the loop waits for the broker's end offset of a side a task would go on without:
-/// the task waits meanwhile anyway; without an answer it goes on as the cache said.
+/// How long a round waits for the broker's end offsets of the sides its tasks would go on
+/// without: the tasks wait meanwhile anyway; one not answered is asked again next round.
 pub const END_OFFSET_ASKED: Duration = Duration::from_secs(1);
+
+/// End offsets the broker gave ([`Intake::end_offsets_within`]), and why one was not.
+#[derive(Default)]
+struct EndOffsets {
+    given: HashMap<(i32, Side), i64>,
+    refused: Option<String>,
+}
 
 /// The run loop's tasks, as the intake feeds them. Task p is partition p of both topics.
 pub trait Tasks {
@@ -317,29 +324,64 @@ impl Intake {
         self.source.cached_end_offsets(p)
     }
 
-    /// The end offset of one side of task p as the broker reports it now (under read_committed,
-    /// the last stable offset); `None` when it does not answer within [`END_OFFSET_ASKED`].
-    pub fn end_offset_now(&self, side: Side, p: i32) -> Option<i64> {
-        match self.broker_end_offset(side, p, END_OFFSET_ASKED) {
-            Ok(high) => Some(high),
-            Err(e) => {
-                let topic = self.source.topic(side);
-                if let Some(said) = crate::quiet::said("end offset asked", || {
-                    format!("the end offset of {topic}/{p} was asked and not given: {e}; the task waits for that partition and asks again (for at most {} s before it goes on without it)", crate::join::BACKLOG_WAIT_MS / 1000)
-                }) {
-                    tracing::warn!("{said}");
-                }
-                None
+    /// The end offsets of the `wanted` sides of tasks as the broker reports them now (see
+    /// [`Intake::end_offsets_within`]), waiting at most [`END_OFFSET_ASKED`]; a side missing
+    /// from the answer was not given (said once in a while).
+    pub fn end_offsets_now(&self, wanted: &[(i32, Side)]) -> HashMap<(i32, Side), i64> {
+        let answer = self.end_offsets_within(wanted, END_OFFSET_ASKED);
+        if let Some((p, side)) = wanted.iter().find(|w| !answer.given.contains_key(w)) {
+            let topic = self.source.topic(*side);
+            let why = answer.refused.as_deref().unwrap_or("not in the answer");
+            if let Some(said) = crate::quiet::said("end offset asked", || {
+                format!("the end offset of {topic}/{p} was asked and not given ({why}); the task waits for that partition and asks again (for at most {} s before it goes on without it)", crate::join::BACKLOG_WAIT_MS / 1000)
+            }) {
+                tracing::warn!("{said}");
             }
         }
+        answer.given
     }
 
-    /// The end offset of one side of task p, asked of the broker on the client of its own,
-    /// waiting at most `wait`.
-    fn broker_end_offset(&self, side: Side, p: i32, wait: Duration) -> Result<i64> {
-        let topic = self.source.topic(side);
-        let (_, high) = self.watermarks.fetch_watermarks(topic, p, wait)?;
-        Ok(high)
+    /// The end offsets of the `wanted` sides of tasks as the broker reports them now (under
+    /// read_committed, the last stable offsets), asked on the client of its own all together:
+    /// one ListOffsets request per leader, waiting at most `wait` (a side asked alone, with its
+    /// low watermark too, cost two requests per side).
+    fn end_offsets_within(&self, wanted: &[(i32, Side)], wait: Duration) -> EndOffsets {
+        let mut asked = TopicPartitionList::new();
+        for &(p, side) in wanted {
+            // Only an invalid offset is refused here, and End is valid.
+            let _ = asked.add_partition_offset(self.source.topic(side), p, Offset::End);
+        }
+        let mut answer = EndOffsets::default();
+        let listed = match self.watermarks.offsets_for_times(asked, wait) {
+            Ok(listed) => listed,
+            Err(e) => {
+                answer.refused = Some(e.to_string());
+                return answer;
+            }
+        };
+        for &(p, side) in wanted {
+            let topic = self.source.topic(side);
+            match listed
+                .find_partition(topic, p)
+                .map(|e| (e.error(), e.offset()))
+            {
+                Some((Ok(()), Offset::Offset(end))) => {
+                    answer.given.insert((p, side), end);
+                }
+                Some((Err(e), _)) => {
+                    answer
+                        .refused
+                        .get_or_insert_with(|| format!("{topic}/{p}: {e}"));
+                }
+                Some((Ok(()), other)) => {
+                    answer
+                        .refused
+                        .get_or_insert_with(|| format!("{topic}/{p}: {other:?}"));
+                }
+                None => {}
+            }
+        }
+        answer
     }
 
     /// Records what task p would commit now; the next commit (or a revoke) commits it.
@@ -374,7 +416,7 @@ impl Intake {
         // again, from their committed points.
         self.source.unpublish(&held);
         let starts = self.committed_points(&held)?;
-        let mut asks = EndOffsetAsks::default();
+        let ends = self.end_offsets_at_start(&held);
         for p in held {
             tasks.stop(p);
             // Revoked by a poll while the points were asked: the next owner's, stopped here.
@@ -385,8 +427,7 @@ impl Intake {
             self.source.rewind_and_resume(p, &start)?;
             self.ahead.forget(p);
             self.paused.clear_task(p);
-            let end_offsets = self.end_offsets_at_start(p, &mut asks);
-            tasks.start(p, start, end_offsets);
+            tasks.start(p, start, ends[&p]);
             self.source.publish(p, start);
         }
         Ok(())

@@ -42,6 +42,7 @@ fn busy() -> Metrics {
             queued_peak_bytes: 2_000,
             paused: 1,
             lag: [Some(5), Some(0)],
+            waited_ms: 1_500,
         },
     );
     let mut stats = CallStats::default();
@@ -67,9 +68,9 @@ fn latencies_fall_in_their_bucket_and_quantiles_read_the_bounds() {
         stats.observe(Duration::from_micros(us), None);
     }
     stats.observe(Duration::from_micros(8), Some(FailureKind::Crash));
-    assert_eq!(&stats.buckets[..4], &[1, 3, 0, 1]);
+    assert_eq!(&stats.latency.buckets[..4], &[1, 3, 0, 1]);
     assert_eq!(
-        stats.buckets[LATENCY_BUCKETS.len()],
+        stats.latency.buckets[LATENCY_BUCKETS.len()],
         1,
         "2 s is above the last bound"
     );
@@ -98,9 +99,13 @@ fn the_text_format_has_cumulative_buckets_and_escaped_labels() {
             queued_bytes: 1_000,
             paused: 1,
             lag: [Some(5), None],
+            waited_ms: 250,
             ..TaskGauges::default()
         },
     );
+    let mut matched = Counts::<MatchBounds>::default();
+    matched.observe(0.003);
+    m.match_latency.add(&matched);
     let mut stats = CallStats::default();
     stats.observe(Duration::from_micros(3), None);
     stats.observe(Duration::from_micros(40), Some(FailureKind::Timeout));
@@ -115,6 +120,10 @@ fn the_text_format_has_cumulative_buckets_and_escaped_labels() {
         "cojoin_queue_bytes{task=\"2\"} 1000",
         "cojoin_paused_partitions 1",
         "cojoin_consumer_lag{task=\"2\",side=\"left\"} 5",
+        "cojoin_task_waited_seconds{task=\"2\"} 0.25",
+        "cojoin_match_latency_seconds_bucket{le=\"0.0025\"} 0",
+        "cojoin_match_latency_seconds_bucket{le=\"0.005\"} 1",
+        "cojoin_match_latency_seconds_count 1",
         "cojoin_plugin_call_seconds_bucket{le=\"0.000005\",plugin=\"odd\\\"name@abc\"} 1",
         "cojoin_plugin_call_seconds_bucket{le=\"0.00005\",plugin=\"odd\\\"name@abc\"} 2",
         "cojoin_plugin_call_seconds_bucket{le=\"+Inf\",plugin=\"odd\\\"name@abc\"} 2",
@@ -192,6 +201,7 @@ fn the_families_are_the_ones_dashboards_and_docs_know() {
         ("cojoin_matches", "counter"),
         ("cojoin_expiries", "counter"),
         ("cojoin_late_records", "counter"),
+        ("cojoin_match_latency_seconds", "histogram"),
         ("cojoin_future_timestamp_records", "counter"),
         ("cojoin_null_key_records", "counter"),
         ("cojoin_tombstone_records", "counter"),
@@ -215,6 +225,7 @@ fn the_families_are_the_ones_dashboards_and_docs_know() {
         ("cojoin_transactions_committed", "counter"),
         ("cojoin_transactions_aborted", "counter"),
         ("cojoin_pair_waits", "counter"),
+        ("cojoin_task_waited_seconds", "gauge"),
         ("cojoin_tasks_assigned", "counter"),
         ("cojoin_tasks_revoked", "counter"),
         ("cojoin_tasks_halted", "counter"),

@@ -100,6 +100,7 @@ impl Host {
                 queued_peak_bytes: task.queued_peak_bytes(),
                 paused: intake.backpressured(*p).into_iter().filter(|&b| b).count(),
                 lag: run.lags.get(p).copied().unwrap_or_default(),
+                waited_ms: task.waited_ms(),
             };
             paused += gauges.paused;
             m.set_task(*p, &gauges);

@@ -7,10 +7,11 @@ use std::time::Instant;
 use anyhow::Result;
 
 use crate::event::Side;
-use crate::kafka::intake::{EndOffsetAsks, Intake};
+use crate::kafka::intake::Intake;
 use crate::kafka::sink::{Delivered, Refused, Sink};
+use crate::metrics::{Counts, MatchBounds};
 use crate::report::Happened;
-use crate::task::{pool, Batch};
+use crate::task::{pool, Batch, Emit};
 
 use super::action::MeteredAction;
 use super::tasks::Held;
@@ -82,7 +83,11 @@ impl Host {
             batches.retain(|(p, _)| !revoked.contains(p));
         }
         match deliver(intake, sink, &mut batches, &mut run.tasks)? {
-            Delivered::Done(_) => {}
+            Delivered::Done(_) => {
+                let acknowledged = crate::clock::now_ms() as i64;
+                let latencies = match_latencies(&batches, acknowledged);
+                self.metrics.match_latency.add(&latencies);
+            }
             Delivered::Aborted(why) => {
                 Happened::TransactionAborted { why: &why }.emit(&self.metrics);
                 intake.rewind_all(&mut run.tasks)?;
@@ -124,47 +129,70 @@ impl Host {
 
 impl Host {
     /// Asks the broker the end offsets of the sides a task would go on without (its consumer's
-    /// cached end offset says they are caught up, and may be old: join/order.rs). True when one
-    /// was asked: the task can go on (or knows to wait) now, so the next poll does not wait.
-    /// After an ask without an answer (a broker away) the others of the round are not asked: they
-    /// wait as without an answer (asked again next round), and the loop does not block an
-    /// answer's timeout per task while the group waits for its next poll.
+    /// cached end offset says they are caught up, and may be old: join/order.rs), all in one
+    /// request. True when one was asked: the task can go on (or knows to wait) now, so the next
+    /// poll does not wait. A side not answered waits, and is asked again next round.
     fn ask_end_offsets(&self, intake: &mut Intake, tasks: &mut Held) -> bool {
-        let mut asked = false;
-        let mut asks = EndOffsetAsks::default();
-        for (p, task) in tasks.map.iter_mut() {
-            let wanted = task.end_offsets_wanted();
-            for side in [Side::Left, Side::Right] {
-                if !wanted[side.index()] {
-                    continue;
-                }
-                let end = asks.ask(|| {
-                    self.metrics.end_offsets_asked.inc();
-                    let end = intake.end_offset_now(side, *p);
-                    intake.keep_alive();
-                    end
-                });
-                let seen = intake.end_offsets_seen(*p)[side.index()];
-                if let (Some(end), Some(seen)) = (end, seen) {
-                    if end > seen {
-                        self.metrics.end_offsets_behind.inc();
-                        let which = if side == Side::Left { "left" } else { "right" };
-                        if let Some(said) = crate::quiet::said(
-                            &format!("end offset behind {p}"),
-                            || {
-                                format!("task {p}: the broker holds its {which} partition up to offset {end}, the consumer's last fetch showed {seen}: waiting for those records rather than going on without them")
-                            },
-                        ) {
-                            tracing::info!(target: "cojoin::report", "{said}");
-                        }
+        let wanted: Vec<(i32, Side)> = tasks
+            .map
+            .iter()
+            .flat_map(|(p, task)| {
+                let wanted = task.end_offsets_wanted();
+                [Side::Left, Side::Right]
+                    .into_iter()
+                    .filter(move |side| wanted[side.index()])
+                    .map(move |side| (*p, side))
+            })
+            .collect();
+        if wanted.is_empty() {
+            return false;
+        }
+        self.metrics.end_offsets_asked.inc_by(wanted.len() as u64);
+        let ends = intake.end_offsets_now(&wanted);
+        intake.keep_alive();
+        for (p, side) in wanted {
+            let end = ends.get(&(p, side)).copied();
+            let seen = intake.end_offsets_seen(p)[side.index()];
+            if let (Some(end), Some(seen)) = (end, seen) {
+                if end > seen {
+                    self.metrics.end_offsets_behind.inc();
+                    let which = if side == Side::Left { "left" } else { "right" };
+                    if let Some(said) = crate::quiet::said(
+                        &format!("end offset behind {p}"),
+                        || {
+                            format!("task {p}: the broker holds its {which} partition up to offset {end}, the consumer's last fetch showed {seen}: waiting for those records rather than going on without them")
+                        },
+                    ) {
+                        tracing::info!(target: "cojoin::report", "{said}");
                     }
                 }
+            }
+            if let Some(task) = tasks.map.get_mut(&p) {
                 task.confirm_end_offset(side, end);
-                asked = true;
             }
         }
-        asked
+        true
     }
+}
+
+/// The latency of each output of a match in `batches`, acknowledged at `acknowledged_ms`: from
+/// the later of its inputs' timestamps. An expiry's output (one input) is left out: it waited for
+/// its window to close by design. An output refused for good counts too (rare; dead-lettered).
+fn match_latencies(batches: &[(i32, Batch)], acknowledged_ms: i64) -> Counts<MatchBounds> {
+    let mut counts = Counts::default();
+    for (_, batch) in batches {
+        for emit in &batch.emits {
+            if let Emit::Output { inputs, .. } = emit {
+                if inputs.len() < 2 {
+                    continue;
+                }
+                if let Some(later) = inputs.iter().map(|e| e.timestamp).max() {
+                    counts.observe((acknowledged_ms - later).max(0) as f64 / 1000.0);
+                }
+            }
+        }
+    }
+    counts
 }
 
 /// Delivers every task's batch: all sent, then all awaited at once (one round trip per round),
@@ -195,5 +223,60 @@ fn deliver(
                 task.refused_output(batch, inputs, error);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::event::{Event, OutputRecord};
+    use crate::task::{DeadLetter, DeadLetterReason};
+
+    fn event(timestamp: i64) -> Arc<Event> {
+        Arc::new(Event {
+            topic: "t".into(),
+            partition: 0,
+            offset: 0,
+            timestamp,
+            key: Some(b"k".to_vec().into()),
+            value: None,
+            headers: Box::default(),
+        })
+    }
+
+    fn output(inputs: Vec<Arc<Event>>) -> Emit {
+        Emit::Output {
+            record: OutputRecord {
+                topic: None,
+                key: None,
+                value: None,
+                headers: Vec::new(),
+            },
+            inputs,
+        }
+    }
+
+    #[test]
+    fn a_match_output_is_timed_from_its_later_input_and_expiries_and_dead_letters_are_not() {
+        let mut batch = Batch::default();
+        batch.emits = vec![
+            output(vec![event(1_000), event(1_030)]),
+            output(vec![event(1_090), event(1_020)]),
+            output(vec![event(0)]),
+            Emit::DeadLetter(DeadLetter {
+                reason: DeadLetterReason::Late,
+                inputs: vec![event(0)],
+            }),
+        ];
+        let counts = match_latencies(&[(0, batch)], 1_100);
+        assert_eq!(counts.count, 2);
+        assert!((counts.sum_seconds - 0.08).abs() < 1e-9, "{counts:?}");
+        assert_eq!(
+            counts.quantile(1.0),
+            Some(0.1),
+            "70 ms is in the 100 ms bucket"
+        );
     }
 }

@@ -72,6 +72,13 @@ impl PartitionTask {
         self.queue.peak_bytes()
     }
 
+    /// Milliseconds its records waited for a side ([`TaskQueue::waited_ms`]).
+    ///
+    /// [`TaskQueue::waited_ms`]: crate::join::TaskQueue::waited_ms
+    pub fn waited_ms(&self) -> i64 {
+        self.queue.waited_ms()
+    }
+
     /// Bytes of the records buffered on one side.
     pub fn queued_side_bytes(&self, side: Side) -> usize {
         self.queue.bytes(side)

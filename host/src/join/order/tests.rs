@@ -461,3 +461,26 @@ fn replay_records_of_both_sides_come_before_any_new_record() {
     assert!(!q.is_replay(Side::Left, 2));
     assert!(q.is_replay(Side::Left, 1));
 }
+
+#[test]
+fn the_time_records_waited_for_a_side_is_counted_when_each_wait_ends() {
+    let mut q = TaskQueue::new(100);
+    q.push(Side::Left, ev(0, 10));
+    assert!(q.next(1_000).is_none(), "waits for the right side");
+    assert!(q.next(1_050).is_none());
+    assert_eq!(q.waited_ms(), 0, "still waiting");
+    assert_eq!(q.next(1_100).map(|(s, _)| s), Some(Side::Left));
+    assert_eq!(q.waited_ms(), 100);
+    // Nothing queued is no wait.
+    assert!(q.next(2_000).is_none());
+    q.push(Side::Left, ev(1, 20));
+    q.push(Side::Right, ev(0, 30));
+    assert_eq!(
+        drain(&mut q, 5_000),
+        [(Side::Left, 1)],
+        "no wait while both have records"
+    );
+    assert_eq!(q.waited_ms(), 100);
+    assert_eq!(drain(&mut q, 5_100), [(Side::Right, 0)]);
+    assert_eq!(q.waited_ms(), 200);
+}

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result};
+use anyhow::{anyhow, Context as _, Result};
 
 use super::Intake;
 use crate::event::Side;
@@ -28,26 +28,6 @@ const ASKED_FIRST: Duration = Duration::from_secs(1);
 /// the session timeout, whose broker minimum is 6 s), yet long enough for a broker that answers
 /// slowly, not only for one that answers at once.
 const ASKED_AT_MOST: Duration = Duration::from_secs(4);
-
-/// End offsets asked together (for the tasks one rebalance or rewind starts, or by one round):
-/// once one went unanswered for its whole bound, the others are not asked (a broker away would
-/// otherwise cost that bound per task, with no round or commit meanwhile).
-#[derive(Default)]
-pub struct EndOffsetAsks {
-    unanswered: bool,
-}
-
-impl EndOffsetAsks {
-    /// What `ask` answers, or `None` without asking once an ask of these went unanswered.
-    pub fn ask<T>(&mut self, ask: impl FnOnce() -> Option<T>) -> Option<T> {
-        if self.unanswered {
-            return None;
-        }
-        let answer = ask();
-        self.unanswered = answer.is_none();
-        answer
-    }
-}
 
 impl Intake {
     /// Asks `ask` (each waiting up to twice as long as the last, from [`ASKED_FIRST`] to
@@ -93,27 +73,38 @@ impl Intake {
         })
     }
 
-    /// End offsets of task p's partitions as the broker reports them now (under read_committed,
-    /// the last stable offsets): the floor below which the consumer's cached end offsets are
-    /// stale. 0 for a side not answered within [`timeouts::REQUEST`] (the first fetch tells),
-    /// and for every side after one was not (`asks`).
-    pub(super) fn end_offsets_at_start(&mut self, p: i32, asks: &mut EndOffsetAsks) -> [i64; 2] {
-        [Side::Left, Side::Right].map(|side| {
-            asks.ask(|| {
-                let asked = self.asking(timeouts::REQUEST, |me, wait| {
-                    me.broker_end_offset(side, p, wait)
-                });
-                asked
-                    .inspect_err(|e| {
-                        tracing::warn!(
-                            topic = self.source.topic(side),
-                            partition = p,
-                            "end offset not known until the first fetch: {e}; the other tasks starting now are not asked"
-                        );
-                    })
-                    .ok()
+    /// End offsets of the partitions of `tasks` as the broker reports them now (under
+    /// read_committed, the last stable offsets), all asked together: the floors below which the
+    /// consumer's cached end offsets are stale. 0 for a side not answered within
+    /// [`timeouts::REQUEST`] (the first fetch tells).
+    pub(super) fn end_offsets_at_start(&mut self, tasks: &[i32]) -> HashMap<i32, [i64; 2]> {
+        let mut given = HashMap::new();
+        let asked = self.asking(timeouts::REQUEST, |me, wait| {
+            let wanted: Vec<(i32, Side)> = tasks
+                .iter()
+                .flat_map(|&p| [(p, Side::Left), (p, Side::Right)])
+                .filter(|w| !given.contains_key(w))
+                .collect();
+            let answer = me.end_offsets_within(&wanted, wait);
+            let complete = answer.given.len() == wanted.len();
+            given.extend(answer.given);
+            match answer.refused {
+                _ if complete => Ok(()),
+                Some(why) => Err(anyhow!(why)),
+                None => Err(anyhow!("not in the answer")),
+            }
+        });
+        if let Err(e) = asked {
+            tracing::warn!(
+                "end offsets of tasks {tasks:?} not all known until their first fetch: {e}"
+            );
+        }
+        tasks
+            .iter()
+            .map(|&p| {
+                let end = |side| given.get(&(p, side)).copied().unwrap_or(0);
+                (p, [end(Side::Left), end(Side::Right)])
             })
-            .unwrap_or(0)
-        })
+            .collect()
     }
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use super::asks::EndOffsetAsks;
 use super::paused::Pause;
 use super::{Intake, Tasks};
 use crate::event::Side;
@@ -76,7 +75,7 @@ impl Intake {
         if !changes.start.is_empty() {
             let new: Vec<i32> = changes.start.iter().map(|(p, _)| *p).collect();
             let starts = self.committed_points(&new)?;
-            let mut asks = EndOffsetAsks::default();
+            let ends = self.end_offsets_at_start(&new);
             for (p, waited_ms) in changes.start {
                 self.waiting_reported.remove(&p);
                 // Revoked by a poll while the points were asked: not started (stopped, as
@@ -99,8 +98,7 @@ impl Intake {
                     waited_ms,
                 }
                 .emit(&self.metrics);
-                let end_offsets = self.end_offsets_at_start(p, &mut asks);
-                tasks.start(p, start, end_offsets);
+                tasks.start(p, start, ends[&p]);
             }
         }
         if let Some(settled) = settled {

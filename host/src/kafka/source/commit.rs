@@ -15,6 +15,9 @@ use crate::kafka::transaction::{KeepAlive, Outcome};
 use crate::metrics::Metrics;
 use crate::report::Happened;
 
+/// How often a commit's wait polls the consumer (and looks for the answer).
+const POLLED_EVERY: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// Counts and logs a transaction's outcome.
 pub(super) fn report_transaction(metrics: &Metrics, outcome: &Outcome, on_revoke: bool) {
     match outcome {
@@ -124,6 +127,36 @@ impl Source {
         }
     }
 
+    /// Commits `list` and waits for the broker's answer, `keep_alive` polling the consumer
+    /// meanwhile. librdkafka holds a commit while the group coordinator is unavailable, up to
+    /// the session timeout (45 s by default), and a synchronous commit waits all that time: a
+    /// host committing while the broker restarted was not polled for `max.poll.interval.ms` and
+    /// left the group (kafka_eos, under two CPU hogs). So the commit waits on a thread beside.
+    fn commit_polling(
+        &self,
+        list: &TopicPartitionList,
+        keep_alive: KeepAlive<'_>,
+    ) -> rdkafka::error::KafkaResult<()> {
+        std::thread::scope(|s| {
+            let (answered, answer) = std::sync::mpsc::sync_channel(1);
+            s.spawn(move || {
+                let _ = answered.send(self.consumer.commit(list, CommitMode::Sync));
+            });
+            loop {
+                match answer.recv_timeout(POLLED_EVERY) {
+                    Ok(result) => return result,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => keep_alive(),
+                    // The thread ended without an answer: it panicked, and the scope says so.
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                        return Err(rdkafka::error::KafkaError::ConsumerCommit(
+                            rdkafka::types::RDKafkaErrorCode::Fail,
+                        ))
+                    }
+                }
+            }
+        })
+    }
+
     /// Commits every published point and waits for the broker's answer (a round trip a
     /// second; Kafka Streams commits synchronously too). A failure is logged and counted: the
     /// next commit retries, and a restart would replay more.
@@ -145,7 +178,7 @@ impl Source {
                 return Outcome::Nothing;
             }
             let count = points.len();
-            let result = self.consumer.commit(&commit_list(points), CommitMode::Sync);
+            let result = self.commit_polling(&commit_list(points), keep_alive);
             report_commit(&self.metrics, result, false, count);
             return Outcome::Nothing;
         };
