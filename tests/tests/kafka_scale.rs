@@ -483,6 +483,11 @@ fn latency(guarantee: &str, secs: u64) -> (Duration, Duration, usize, f64) {
         Ok(idle) => config.replace("max_idle = \"1s\"", &format!("max_idle = \"{idle}\"")),
         Err(_) => config.replace("max_idle = \"1s\"\n", ""),
     };
+    // Options to try, as lines of [kafka.options] (`"linger.ms" = "0"`).
+    let config = match std::env::var("COJOIN_LATENCY_KAFKA_OPTIONS") {
+        Ok(lines) => config.replace("[kafka.options]\n", &format!("[kafka.options]\n{lines}\n")),
+        Err(_) => config,
+    };
     let host = HostProcess::start(&dir, "host-0", &config);
     wait_for_stable_group(&[&host], PARTITIONS, Duration::from_secs(90));
     let outputs = Outputs::start(&kafka);

@@ -32,6 +32,9 @@ pub fn wait_delivered_alive<C: ProducerContext>(
 ) -> bool {
     let mut nap = FIRST_NAP;
     let mut kept_alive = Instant::now();
+    if producer.in_flight_count() > 0 {
+        send_now(producer);
+    }
     loop {
         let before = producer.in_flight_count();
         if before == 0 {
@@ -57,6 +60,23 @@ pub fn wait_delivered_alive<C: ProducerContext>(
             std::thread::sleep(nap);
             nap = (nap * 2).min(LONGEST_NAP);
         }
+    }
+}
+
+/// Has librdkafka send what it queued now instead of after `linger.ms` (5 ms by default): the
+/// caller is about to wait for it, and nothing more will join this batch. A round at a low rate
+/// waited out the linger each time (bench-latency: p50 17.4 ms with it, 11.3 ms at linger 0).
+///
+/// `rd_kafka_flush` tells the broker threads to treat the linger as passed while it lasts; under
+/// the event API rust-rdkafka uses, it serves nothing and only waits (here at most 1 ms) for the
+/// messages in flight to be gone, which they are not until their reports are served: a
+/// millisecond of a wait for acknowledgements that lasts a produce round trip anyway. (rdkafka's
+/// own `flush` calls it with no wait, and its doc warns that a broker thread may then not wake in
+/// time.)
+fn send_now<C: ProducerContext>(producer: &BaseProducer<C>) {
+    // SAFETY: the pointer is the producer's own handle, alive as long as `producer`.
+    unsafe {
+        rdkafka::bindings::rd_kafka_flush(producer.client().native_ptr(), 1);
     }
 }
 
