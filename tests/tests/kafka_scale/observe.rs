@@ -22,7 +22,12 @@ pub(crate) struct Outputs {
 
 impl Outputs {
     pub(crate) fn start(kafka: &Kafka) -> Outputs {
-        let mut reader = kafka.reader("orders-paid", 1);
+        Outputs::start_on(kafka, "orders-paid")
+    }
+
+    /// Reads `topic` (from its start) on a thread of its own.
+    pub(crate) fn start_on(kafka: &Kafka, topic: &str) -> Outputs {
+        let mut reader = kafka.reader(topic, 1);
         let records = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (shared, stopped) = (records.clone(), stop.clone());
