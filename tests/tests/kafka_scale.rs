@@ -529,6 +529,7 @@ fn latency(guarantee: &str, secs: u64) -> (Duration, Duration, usize, f64) {
         })
         .collect();
     let quantiles = |mut ds: Vec<Duration>| {
+        assert!(!ds.is_empty(), "nothing read to time");
         ds.sort();
         let at = |q: f64| ds[((ds.len() as f64 * q) as usize).min(ds.len() - 1)];
         (at(0.5), at(0.99))

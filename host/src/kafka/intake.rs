@@ -41,6 +41,8 @@ pub const POLL_PER_ROUND: usize = 10_000;
 /// How long a round waits for the broker's end offsets of the sides its tasks would go on
 /// without: the tasks wait meanwhile anyway; one not answered is asked again next round.
 pub const END_OFFSET_ASKED: Duration = Duration::from_secs(1);
+/// How long each side waits when asked alone, after the batch went unanswered.
+const END_OFFSET_ASKED_ALONE: Duration = Duration::from_millis(200);
 
 /// End offsets the broker gave ([`Intake::end_offsets_within`]), and why one was not.
 #[derive(Default)]
@@ -72,7 +74,7 @@ pub type Remake = Box<dyn Fn() -> Result<Source>>;
 
 pub struct Intake {
     source: Source,
-    /// A client of its own for the end offsets tasks ask ([`Intake::end_offset_now`], and at a
+    /// A client of its own for the end offsets tasks ask ([`Intake::end_offsets_now`], and at a
     /// task's start: kafka/intake/asks.rs): asked on
     /// the consumer's connection, an answer waited behind its fetch long-poll (~500 ms each,
     /// measured: 6 asks took 3 s of a 0.6 s benchmark).
@@ -327,8 +329,24 @@ impl Intake {
     /// The end offsets of the `wanted` sides of tasks as the broker reports them now (see
     /// [`Intake::end_offsets_within`]), waiting at most [`END_OFFSET_ASKED`]; a side missing
     /// from the answer was not given (said once in a while).
-    pub fn end_offsets_now(&self, wanted: &[(i32, Side)]) -> HashMap<(i32, Side), i64> {
-        let answer = self.end_offsets_within(wanted, END_OFFSET_ASKED);
+    ///
+    /// librdkafka answers a batched ask all or nothing: one partition whose leader is away (or
+    /// slow) would leave every task without its answer, waiting. So when the batch fails each
+    /// side is asked alone, briefly ([`END_OFFSET_ASKED_ALONE`]), the consumer polled between:
+    /// the tasks whose partitions answer go on.
+    pub fn end_offsets_now(&mut self, wanted: &[(i32, Side)]) -> HashMap<(i32, Side), i64> {
+        let mut answer = self.end_offsets_within(wanted, END_OFFSET_ASKED);
+        if answer.given.len() < wanted.len() && wanted.len() > 1 {
+            for side in wanted {
+                if answer.given.contains_key(side) {
+                    continue;
+                }
+                self.keep_alive();
+                let alone =
+                    self.end_offsets_within(std::slice::from_ref(side), END_OFFSET_ASKED_ALONE);
+                answer.given.extend(alone.given);
+            }
+        }
         if let Some((p, side)) = wanted.iter().find(|w| !answer.given.contains_key(w)) {
             let topic = self.source.topic(*side);
             let why = answer.refused.as_deref().unwrap_or("not in the answer");

@@ -130,8 +130,9 @@ impl Host {
 impl Host {
     /// Asks the broker the end offsets of the sides a task would go on without (its consumer's
     /// cached end offset says they are caught up, and may be old: join/order.rs), all in one
-    /// request. True when one was asked: the task can go on (or knows to wait) now, so the next
-    /// poll does not wait. A side not answered waits, and is asked again next round.
+    /// request. True when one was answered: the task can go on (or knows to wait) now, so the
+    /// next poll does not wait. A side not answered waits, and is asked again next round (after
+    /// the poll's usual wait: an error that comes back at once must not spin the loop).
     fn ask_end_offsets(&self, intake: &mut Intake, tasks: &mut Held) -> bool {
         let wanted: Vec<(i32, Side)> = tasks
             .map
@@ -171,7 +172,7 @@ impl Host {
                 task.confirm_end_offset(side, end);
             }
         }
-        true
+        !ends.is_empty()
     }
 }
 

@@ -8,8 +8,7 @@
 //! What those polls return is kept with the records polled ahead ([`super::ahead`]) and handed
 //! over first by the next poll; a task then sought back to its points forgets what was polled
 //! of it meanwhile (fetched again), and a task whose partition a poll revoked while its points
-//! were asked is not started (its records are the next owner's; one revoked later, while its end
-//! offsets are asked, starts and is stopped when that rebalance is applied, its batch dropped).
+//! or end offsets were asked is not started (its records are the next owner's).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

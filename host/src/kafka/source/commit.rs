@@ -146,7 +146,8 @@ impl Source {
                 match answer.recv_timeout(POLLED_EVERY) {
                     Ok(result) => return result,
                     Err(std::sync::mpsc::RecvTimeoutError::Timeout) => keep_alive(),
-                    // The thread ended without an answer: it panicked, and the scope says so.
+                    // The thread ended without an answer: it panicked, and the scope panics with
+                    // it when it ends (this error is never seen).
                     Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                         return Err(rdkafka::error::KafkaError::ConsumerCommit(
                             rdkafka::types::RDKafkaErrorCode::Fail,
