@@ -131,6 +131,16 @@ fn left_caught_up_by_the_cache() -> TaskQueue {
     q
 }
 
+/// [`left_caught_up_by_the_cache`] once max idle (100 ms from 0) passed: it wants the broker's
+/// word on the left side.
+fn left_asked_about() -> TaskQueue {
+    let mut q = left_caught_up_by_the_cache();
+    assert!(q.next(0).is_none());
+    assert!(q.next(100).is_none());
+    assert_eq!(q.end_offsets_wanted(), [true, false]);
+    q
+}
+
 #[test]
 fn a_side_the_cache_calls_caught_up_is_not_gone_past_before_the_broker_says_so() {
     let mut q = left_caught_up_by_the_cache();
@@ -166,10 +176,7 @@ fn a_side_the_cache_calls_caught_up_is_not_gone_past_before_the_broker_says_so()
 
 #[test]
 fn a_side_the_broker_says_is_caught_up_is_gone_past_with_what_was_queued_by_then() {
-    let mut q = left_caught_up_by_the_cache();
-    assert!(q.next(0).is_none());
-    assert!(q.next(100).is_none());
-    assert_eq!(q.end_offsets_wanted(), [true, false]);
+    let mut q = left_asked_about();
     q.confirm_end_offset(Side::Left, Some(1));
     // Queued after the answer: it may have been written beside left records the broker did
     // not have yet (the failure this prevents: a fetch of one partition late on a busy
@@ -195,12 +202,9 @@ fn a_side_the_broker_says_is_caught_up_is_gone_past_with_what_was_queued_by_then
 #[test]
 fn a_side_the_broker_does_not_answer_for_is_waited_for_and_asked_again_up_to_the_backlog_wait() {
     // Before, no answer let the task go on as if the side were caught up: on a busy machine a
-    // 1 s ask can time out while the broker holds that side's records, which then come late
-    // (the likely cause of 51 late orders in one task of kafka_scale's static restart in CI).
-    let mut q = left_caught_up_by_the_cache();
-    assert!(q.next(0).is_none());
-    assert!(q.next(100).is_none());
-    assert_eq!(q.end_offsets_wanted(), [true, false]);
+    // 1 s ask can time out while the broker holds that side's records, which then come late.
+    // (First supposed to be the cause of 51 late orders in CI; that was producer skew.)
+    let mut q = left_asked_about();
     q.confirm_end_offset(Side::Left, None);
     assert!(q.next(1_100).is_none(), "no answer is not 'caught up'");
     assert_eq!(q.end_offsets_wanted(), [true, false], "asked again");
@@ -215,9 +219,7 @@ fn a_side_the_broker_does_not_answer_for_is_waited_for_and_asked_again_up_to_the
 
 #[test]
 fn a_side_never_answered_for_is_given_up_after_the_backlog_wait_until_it_moves() {
-    let mut q = left_caught_up_by_the_cache();
-    assert!(q.next(0).is_none());
-    assert!(q.next(100).is_none());
+    let mut q = left_asked_about();
     q.confirm_end_offset(Side::Left, None);
     // The clock of the first wait after the unanswered ask starts the bound.
     assert!(q.next(200).is_none());
