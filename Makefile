@@ -6,7 +6,8 @@
 #   make bench-join  the join on Apache Kafka against the bare consumer, Kafka Streams and the Python
 #                peers (a table, ratios, a chart)
 #   make bench-edit  edit-to-live for a Python plugin: save app.py -> build -> deploy -> serving
-#   make bench-latency  end-to-end latency p50/p99, at-least-once against exactly-once
+#   make bench-latency  end-to-end latency p50/p99 of cojoin, Kafka Streams and Flink, at-least-once
+#                and exactly-once
 #   make plugins build every plugin component into build/plugins/
 #   make wheel   a wheel carrying the cojoin binary, in build/wheels/ (pip install it for a `cojoin`)
 #   make kafka   start a single-node Apache Kafka broker on 127.0.0.1:9092 (the README walk-through);
@@ -197,13 +198,19 @@ bench-matcher:
 	$(CARGO) bench -p cojoin --bench matcher
 	$(CARGO) bench -p cojoin --bench memory
 
-# The Kafka Streams peer of the join benchmark, built by Maven once per change of its sources.
+# The Java peers of the join and latency benchmarks (Kafka Streams, Flink), each built by Maven
+# once per change of its sources.
 KSTREAMS := host/benches/peers/kafka-streams
 $(KSTREAMS)/target/.built: $(KSTREAMS)/pom.xml $(KSTREAMS)/src/main/java/dev/cojoin/bench/KafkaStreamsJoin.java
 	cd $(KSTREAMS) && mvn -B -q package dependency:copy-dependencies
 	@touch $@
 
-bench-join: plugins host kafka-libs $(VENV_BENCH)/.installed $(KSTREAMS)/target/.built
+FLINK := host/benches/peers/flink
+$(FLINK)/target/.built: $(FLINK)/pom.xml $(FLINK)/src/main/java/dev/cojoin/bench/FlinkJoin.java
+	cd $(FLINK) && mvn -B -q package dependency:copy-dependencies
+	@touch $@
+
+bench-join: plugins host kafka-libs $(VENV_BENCH)/.installed $(KSTREAMS)/target/.built $(FLINK)/target/.built
 	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) PYTHON_BENCH=$(CURDIR)/$(VENV_BENCH)/bin/python \
 	  $(CARGO) bench -p cojoin-e2e --bench join
 
@@ -213,9 +220,8 @@ bench-edit: plugins host
 
 # End-to-end latency (payment sent -> output read by a read_committed reader), p50 and p99,
 # at-least-once against exactly-once, on Apache Kafka.
-bench-latency: plugins host kafka-libs
-	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) test --release -p cojoin-e2e --test kafka_scale \
-	  latency -- --ignored --nocapture 2>&1 | grep -E '^latency|test result'
+bench-latency: plugins host kafka-libs $(KSTREAMS)/target/.built $(FLINK)/target/.built
+	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) bench -p cojoin-e2e --bench latency
 
 # Five rounds of kill -9 of one of three hosts on Kafka, each with its matches, expiries,
 # duplicates and their bound (the records past the last commit); then a minute of hosts joining

@@ -5,6 +5,7 @@ pub mod broker;
 pub mod demo;
 pub mod hosts;
 pub mod http;
+pub mod outputs;
 pub mod plot;
 pub mod scenario;
 pub mod stream;
@@ -70,4 +71,32 @@ pub fn ok(what: &str, out: Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// A Java peer of the benchmarks, host/benches/peers/`project` (built by `make bench-join` or
+/// `make bench-latency`): `class` of package dev.cojoin.bench on its classes and the jars Maven
+/// copied beside them, with BENCH_JAVA_HEAP as -Xmx (default 1g).
+pub fn java_peer(project: &str, class: &str) -> Command {
+    let app = root()
+        .join("host/benches/peers")
+        .join(project)
+        .join("target");
+    let compiled = app
+        .join("classes/dev/cojoin/bench")
+        .join(format!("{class}.class"));
+    assert!(
+        compiled.exists(),
+        "the {project} peer is not built: run `make bench-join` (mvn package in {app:?}/..)"
+    );
+    let heap = std::env::var("BENCH_JAVA_HEAP").unwrap_or_else(|_| "1g".into());
+    let mut cmd = Command::new("java");
+    cmd.arg(format!("-Xmx{heap}"))
+        .arg("-cp")
+        .arg(format!(
+            "{}:{}/*",
+            app.join("classes").display(),
+            app.join("libs").display()
+        ))
+        .arg(format!("dev.cojoin.bench.{class}"));
+    cmd
 }

@@ -4,6 +4,8 @@
 //! - `cojoin run` with the Rust no-op, the Rust order-paid, the Python and the JS plugin;
 //! - Kafka Streams 4.4 (host/benches/peers/kafka-streams), the KStream-KStream join with its
 //!   default RocksDB window stores and with in-memory ones, producing the order-paid output;
+//! - Flink 2.2 (host/benches/peers/flink), the DataStream interval join on a local mini-cluster
+//!   (one JVM, parallelism = cores), producing the same output;
 //! - the hand-written Python join (confluent-kafka) and the Quix Streams interval join, from
 //!   host/benches/peers/ — the same inner join.
 //!
@@ -22,10 +24,10 @@
 //! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-rust-zstd
 //! (`output.compression = "zstd"`), cojoin-rust-eos (exactly-once),
 //! cojoin-rust-repartition (both sides through internal topics first), cojoin-python,
-//! cojoin-js, kafka-streams-rocksdb, kafka-streams-memory, python-handwritten,
+//! cojoin-js, kafka-streams-rocksdb, kafka-streams-memory, flink, python-handwritten,
 //! python-handwritten-producing, quixstreams),
 //! BENCH_WORKERS (cojoin's `plugin.workers`, default unset: one per core), PYTHON_BENCH (default
-//! .venv-bench/bin/python), BENCH_JAVA_HEAP (Kafka Streams' -Xmx, default 1g), BENCH_WINDOW_MS and
+//! .venv-bench/bin/python), BENCH_JAVA_HEAP (the Java peers' -Xmx, default 1g), BENCH_WINDOW_MS and
 //! BENCH_GRACE_MS (default 1000 each), BENCH_PERF=1 (`perf record -g` of each cojoin run, beside
 //! its log), BENCH_VALUE_BYTES (default 100), BENCH_STEP_MS (event-time
 //! gap between left records, default 10), BENCH_MEMORY (lines for cojoin's `[memory]` section,
@@ -57,7 +59,7 @@ use std::process::Command;
 use cojoin::cojoin_run;
 use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::{plugin, root};
-use peers::{bare, kafka_streams, peer};
+use peers::{bare, flink, kafka_streams, peer};
 use report::{chart_svg, report, report_output_bytes};
 use summary::{summarize, Figures, Summary};
 use timing::timed;
@@ -214,7 +216,7 @@ fn main() {
             ("kafka-streams-memory", "memory"),
         ] {
             if run(name) {
-                let mut cmd = kafka_streams(&peers, &kafka.bootstrap, store);
+                let mut cmd = kafka_streams(&kafka.bootstrap, store);
                 cmd.args(["--expect", &total.to_string()])
                     .args(["--expect-matches", &expected.to_string()])
                     .args(["--app-id", &format!("bench-{name}-{round}")]);
@@ -222,6 +224,12 @@ fn main() {
                 let f = timed(name, &mut cmd);
                 add(since(f, &kafka));
             }
+        }
+        if run("flink") {
+            let mut cmd = flink(&kafka.bootstrap, &format!("bench-flink-{round}"));
+            let since = broker_since();
+            let f = timed("flink", &mut cmd);
+            add(since(f, &kafka));
         }
         // The hand-written join builds its outputs; "-producing" also produces them, as cojoin
         // does (what a join that replaces cojoin would have to do).

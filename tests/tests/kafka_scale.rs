@@ -13,20 +13,20 @@ mod observe;
 #[path = "kafka_scale/paced.rs"]
 mod paced;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::hosts::{join_config_for, wait_for_stable_group, HostProcess};
+use cojoin_e2e::outputs::Outputs;
 use cojoin_e2e::plugin;
 use cojoin_e2e::scenario::{
     close_windows, join_broker, order_outputs, post_mortem, run_dir, serial, start_hosts_with,
     PARTITIONS,
 };
-use cojoin_e2e::stream::{self, Record, Tally};
-use observe::{consumed, longest_gap, owners, Outputs};
+use cojoin_e2e::stream::{self, Tally};
+use observe::{consumed, longest_gap, owners};
 use paced::{close_after, order, produce_paced, RATE};
 
 /// A fresh broker with the join's topics, and the left join of orders and payments with the Rust
@@ -472,146 +472,4 @@ fn a_rebalance_storm_under_the_consumer_protocol_loses_nothing() {
 #[ignore = "a minute-long rebalance storm: make soak"]
 fn a_rebalance_storm_under_the_classic_protocol_loses_nothing() {
     storm("classic");
-}
-
-/// End-to-end latency under `guarantee` (`make bench-latency`, not CI): one host, 100 orders/s in
-/// real event time for `secs`; for each paid order, the time from sending its payment to its
-/// output reaching a `read_committed` reader. `join.max_idle` is the default unless
-/// `COJOIN_LATENCY_MAX_IDLE` names one. Returns (p50, p99, count, seconds tasks waited for a side).
-fn latency(guarantee: &str, secs: u64) -> (Duration, Duration, usize, f64) {
-    let test = format!("latency_{guarantee}");
-    let _serial = serial();
-    let (dir, kafka, config) = broker_and_join(&test, "consumer");
-    let config = config.replace(
-        "[output]\n",
-        &format!("[output]\nguarantee = \"{guarantee}\"\n"),
-    );
-    let config = match std::env::var("COJOIN_LATENCY_MAX_IDLE") {
-        Ok(idle) => config.replace("max_idle = \"1s\"", &format!("max_idle = \"{idle}\"")),
-        Err(_) => config.replace("max_idle = \"1s\"\n", ""),
-    };
-    // Options to try, as lines of [kafka.options] (`"linger.ms" = "0"`).
-    let config = match std::env::var("COJOIN_LATENCY_KAFKA_OPTIONS") {
-        Ok(lines) => config.replace("[kafka.options]\n", &format!("[kafka.options]\n{lines}\n")),
-        Err(_) => config,
-    };
-    let host = HostProcess::start(&dir, "host-0", &config);
-    wait_for_stable_group(&[&host], PARTITIONS, Duration::from_secs(90));
-    let outputs = Outputs::start(&kafka);
-    // The floor: the same reader's time from sending a payment to reading the payment itself
-    // (the test producer's flush and linger, the broker, a fetch), which cojoin's figure includes.
-    let payments = Outputs::start_on(&kafka, "payments");
-    let producer = kafka.producer("murmur2_random");
-    let mut paid_at: BTreeMap<String, Instant> = BTreeMap::new();
-    let started = Instant::now();
-    let mut next = 0;
-    while started.elapsed() < Duration::from_secs(secs) {
-        let due = (started.elapsed().as_secs_f64() * f64::from(RATE)) as u32;
-        for p in 0..PARTITIONS {
-            let orders: Vec<u32> = (next..due)
-                .filter(|i| (i % PARTITIONS as u32) as i32 == p)
-                .collect();
-            let sent = Instant::now();
-            let records: Vec<Record> = orders.iter().flat_map(|&i| order(i)).collect();
-            Kafka::produce_with(&producer, &records, Some(p));
-            for i in orders.into_iter().filter(|i| i % 4 != 0) {
-                paid_at.insert(format!("order-{i}"), sent);
-            }
-        }
-        next = next.max(due);
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let read = outputs.wait(Duration::from_secs(30), Duration::from_secs(2), |r| {
-        order_outputs(r).iter().filter(|(_, s)| s == "paid").count() >= paid_at.len()
-    });
-    let latencies: Vec<Duration> = read
-        .iter()
-        .filter_map(|r| {
-            let (order, status) = order_outputs(std::slice::from_ref(r)).pop()?;
-            (status == "paid").then(|| {
-                paid_at
-                    .get(&order)
-                    .map(|at| r.arrived.saturating_duration_since(*at))
-            })?
-        })
-        .collect();
-    let quantiles = |mut ds: Vec<Duration>| {
-        assert!(!ds.is_empty(), "nothing read to time");
-        ds.sort();
-        let at = |q: f64| ds[((ds.len() as f64 * q) as usize).min(ds.len() - 1)];
-        (at(0.5), at(0.99))
-    };
-    let floor: Vec<Duration> = payments
-        .snapshot()
-        .iter()
-        .filter_map(|r| Some(r.arrived.saturating_duration_since(*paid_at.get(&r.key)?)))
-        .collect();
-    let (floor50, floor99) = quantiles(floor);
-    let count = latencies.len();
-    let (p50, p99) = quantiles(latencies);
-    let page = cojoin_e2e::http::get(&format!(
-        "{}/metrics",
-        host.admin_url(Duration::from_secs(5))
-    ))
-    .body;
-    let waited: f64 = page
-        .lines()
-        .filter(|l| l.starts_with("cojoin_task_waited_seconds{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    eprintln!(
-        "latency, {guarantee}: {count} paid orders at {RATE} orders/s for {secs} s, payment sent -> output read (read_committed): p50 {p50:?}, p99 {p99:?} (payment sent -> payment read: p50 {floor50:?}, p99 {floor99:?}); tasks waited for a side {waited:.1} s in all"
-    );
-    (p50, p99, count, waited)
-}
-
-/// Runs [`latency`] `COJOIN_LATENCY_RUNS` times (3) of `COJOIN_LATENCY_SECS` (60) per guarantee,
-/// interleaved, and prints the medians.
-fn latency_medians(guarantees: &[&str]) {
-    let env = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let (runs, secs) = (
-        env("COJOIN_LATENCY_RUNS", 3),
-        env("COJOIN_LATENCY_SECS", 60),
-    );
-    let idle = std::env::var("COJOIN_LATENCY_MAX_IDLE").unwrap_or_else(|_| "default".into());
-    type Run = (Duration, Duration, usize, f64);
-    fn ms(d: Duration) -> f64 {
-        d.as_secs_f64() * 1000.0
-    }
-    let mut results: BTreeMap<&str, Vec<Run>> = BTreeMap::new();
-    for _ in 0..runs {
-        for g in guarantees {
-            results.entry(g).or_default().push(latency(g, secs));
-        }
-    }
-    for (g, rs) in results {
-        let median = |f: fn(&Run) -> f64| {
-            let mut v: Vec<f64> = rs.iter().map(f).collect();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        let (p50, p99, paid) = (
-            median(|r| ms(r.0)),
-            median(|r| ms(r.1)),
-            median(|r| r.2 as f64),
-        );
-        let waited = median(|r| r.3);
-        let runs99: Vec<String> = rs.iter().map(|r| format!("{:.1}", ms(r.1))).collect();
-        eprintln!(
-            "latency median of {runs} x {secs} s, {g}, max_idle {idle}: paid {paid}, p50 {p50:.1} ms, p99 {p99:.1} ms (runs' p99 {}), tasks waited {waited:.1} s",
-            runs99.join(" ")
-        );
-        assert!(paid > 0.0, "no paid order read under {g}");
-    }
-}
-
-#[test]
-#[ignore = "a latency measurement: make bench-latency"]
-fn latency_at_least_once_vs_exactly_once() {
-    latency_medians(&["at-least-once", "exactly-once"]);
 }

@@ -1,11 +1,12 @@
 //! The systems cojoin is measured against, as commands: the bare consumer (this binary with
 //! `--bare`, reading both topics and doing nothing), the Python peers of host/benches/peers/ and
-//! the Kafka Streams peer.
+//! the Java peers (Kafka Streams, Flink).
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use cojoin_e2e::java_peer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -30,27 +31,24 @@ pub(crate) fn peer(python: &Path, peers: &Path, script: &str, bootstrap: &str) -
     cmd
 }
 
-/// The Kafka Streams peer (built by `make bench-join`) joining `left` and `right` into
-/// `bench-out` with `store` window stores ("rocksdb" or "memory").
-pub(crate) fn kafka_streams(peers: &Path, bootstrap: &str, store: &str) -> Command {
-    let app = peers.join("kafka-streams/target");
-    assert!(
-        app.join("classes/dev/cojoin/bench/KafkaStreamsJoin.class")
-            .exists(),
-        "the Kafka Streams peer is not built: run `make bench-join` (mvn package in {app:?}/..)"
-    );
-    let heap = std::env::var("BENCH_JAVA_HEAP").unwrap_or_else(|_| "1g".into());
-    let mut cmd = Command::new("java");
-    cmd.arg(format!("-Xmx{heap}"))
-        .arg("-cp")
-        .arg(format!(
-            "{}:{}/*",
-            app.join("classes").display(),
-            app.join("libs").display()
-        ))
-        .arg("dev.cojoin.bench.KafkaStreamsJoin")
-        .args(data_args(bootstrap))
+/// The Kafka Streams peer joining `left` and `right` into `bench-out` with `store` window stores
+/// ("rocksdb" or "memory").
+pub(crate) fn kafka_streams(bootstrap: &str, store: &str) -> Command {
+    let mut cmd = java_peer("kafka-streams", "KafkaStreamsJoin");
+    cmd.args(data_args(bootstrap))
         .args(["--output-topic", "bench-out", "--store", store])
+        .args(["--window-ms", &window_ms().to_string()])
+        .args(["--grace-ms", &grace_ms().to_string()]);
+    cmd
+}
+
+/// The Flink peer (an interval join on a local mini-cluster) joining `left` and `right` into
+/// `bench-out`, reading each topic to its end offsets at the start and then ending.
+pub(crate) fn flink(bootstrap: &str, group: &str) -> Command {
+    let mut cmd = java_peer("flink", "FlinkJoin");
+    cmd.args(data_args(bootstrap))
+        .args(["--output-topic", "bench-out", "--bounded", "true"])
+        .args(["--group", group])
         .args(["--window-ms", &window_ms().to_string()])
         .args(["--grace-ms", &grace_ms().to_string()]);
     cmd

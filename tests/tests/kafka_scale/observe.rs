@@ -1,77 +1,13 @@
-//! What the scaling tests observe while hosts come and go: the outputs as they arrive (read on
-//! a thread of their own), each task's longest gap in them, who owns each task, and the records
-//! the hosts read.
+//! What the scaling tests observe while hosts come and go: each task's longest gap in the
+//! outputs (read by `cojoin_e2e::outputs`), who owns each task, and the records the hosts read.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cojoin_e2e::broker::{Kafka, ReadRecord};
+use cojoin_e2e::broker::ReadRecord;
 use cojoin_e2e::hosts::HostProcess;
 use cojoin_e2e::http;
 use cojoin_e2e::scenario::{order_outputs, PARTITIONS};
-
-/// Reads the output topic on its own thread, so that arrival times are not bunched by the test's
-/// waits.
-pub(crate) struct Outputs {
-    records: Arc<Mutex<Vec<ReadRecord>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Outputs {
-    pub(crate) fn start(kafka: &Kafka) -> Outputs {
-        Outputs::start_on(kafka, "orders-paid")
-    }
-
-    /// Reads `topic` (from its start) on a thread of its own.
-    pub(crate) fn start_on(kafka: &Kafka, topic: &str) -> Outputs {
-        let mut reader = kafka.reader(topic, 1);
-        let records = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (shared, stopped) = (records.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            while !stopped.load(Ordering::Relaxed) {
-                reader.read_for(Duration::from_millis(50));
-                shared.lock().unwrap().append(&mut reader.records);
-            }
-        });
-        Outputs {
-            records,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    pub(crate) fn snapshot(&self) -> Vec<ReadRecord> {
-        self.records.lock().unwrap().clone()
-    }
-
-    /// Waits until `done` holds of what was read (or `timeout`), then `settle` more.
-    pub(crate) fn wait(
-        &self,
-        timeout: Duration,
-        settle: Duration,
-        done: impl Fn(&[ReadRecord]) -> bool,
-    ) -> Vec<ReadRecord> {
-        let deadline = Instant::now() + timeout;
-        while !done(&self.snapshot()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        std::thread::sleep(settle);
-        self.snapshot()
-    }
-}
-
-impl Drop for Outputs {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 /// The owner of each task, from the hosts' latest logged holdings.
 pub(crate) fn owners(hosts: &[&HostProcess]) -> BTreeMap<i32, String> {

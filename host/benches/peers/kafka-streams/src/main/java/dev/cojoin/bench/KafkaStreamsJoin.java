@@ -32,7 +32,10 @@ import org.apache.kafka.streams.state.Stores;
  * are Kafka Streams' default (RocksDB, with changelog topics) or, with {@code --store memory},
  * in-memory window stores (still with changelogs).
  *
- * <p>It stops once it has consumed {@code --expect} records and made {@code --expect-matches}
+ * <p>{@code --guarantee exactly-once} sets {@code processing.guarantee = exactly_once_v2} (its
+ * commit interval then defaults to 100 ms); at-least-once, the default, is Kafka Streams' default.
+ * {@code --forever true} (the latency benchmark) runs until killed. Otherwise it stops once it
+ * has consumed {@code --expect} records and made {@code --expect-matches}
  * matches (or after {@code --idle-secs} without progress), and prints one JSON line: records,
  * matches, seconds (first record consumed to the last match).
  */
@@ -51,6 +54,8 @@ public final class KafkaStreamsJoin {
         long expectMatches = Long.parseLong(a.getOrDefault("expect-matches", "0"));
         double idleSecs = Double.parseDouble(a.getOrDefault("idle-secs", "10"));
         boolean memory = "memory".equals(a.getOrDefault("store", "rocksdb"));
+        boolean exactlyOnce = "exactly-once".equals(a.getOrDefault("guarantee", "at-least-once"));
+        boolean forever = Boolean.parseBoolean(a.getOrDefault("forever", "false"));
         String threads = a.getOrDefault("threads", Integer.toString(Runtime.getRuntime().availableProcessors()));
 
         AtomicLong consumed = new AtomicLong(), matches = new AtomicLong();
@@ -93,8 +98,14 @@ public final class KafkaStreamsJoin {
         p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, threads);
         p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        if (exactlyOnce) {
+            p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        }
         KafkaStreams streams = new KafkaStreams(builder.build(), p);
         streams.start();
+        if (forever) {
+            Thread.sleep(Long.MAX_VALUE);
+        }
 
         long lastProgress = System.nanoTime();
         long seen = -1;
