@@ -23,6 +23,13 @@
 //! the task keeps waiting and asking, for at most [`BACKLOG_WAIT_MS`] from the first unanswered
 //! ask; then it goes on until that side moves.
 //!
+//! In a live stream the idle wait is skipped for a record stamped at most `max_idle` after the
+//! empty side's latest record (the broker is still asked first): waiting could only bring records
+//! of that side written at about the same time, which join all the same, and no record can become
+//! late short of that side's latest + window + grace (the limit, if `max_idle` is longer). A record further ahead (a backlog replayed
+//! faster than real time, where milliseconds of producer skew are seconds of event time) waits
+//! `max_idle` ([`TaskQueue::within_idle_of`]).
+//!
 //! A side paused for backpressure (its queue passed its share of `memory.queue_bytes`) is not an
 //! empty side: its records are on the broker, and going on with the other side would make them
 //! late. The task waits for it, with no idle timeout, until the I/O layer resumes it.
@@ -104,6 +111,11 @@ pub struct TaskQueue {
     unanswered_since: [Option<i64>; 2],
     /// Per side: records pushed so far.
     pushed: [u64; 2],
+    /// Per side: the latest timestamp of a record pushed to join (see [`TaskQueue::within_idle_of`]).
+    latest_ts: [Option<i64>; 2],
+    /// How far in event time past an empty side's latest record a record may go without the
+    /// idle wait: `max_idle`, less than the join's retention (see [`TaskQueue::set_retention`]).
+    ahead_ms: i64,
     /// Per side: bytes of the queued events.
     bytes: [usize; 2],
     /// Per side: fetching is paused for backpressure.
@@ -133,6 +145,8 @@ impl TaskQueue {
             confirmed: [None, None],
             unanswered: [false; 2],
             unanswered_since: [None, None],
+            latest_ts: [None, None],
+            ahead_ms: max_idle_ms,
             pushed: [0; 2],
             bytes: [0; 2],
             paused: [false; 2],
@@ -184,6 +198,12 @@ impl TaskQueue {
     /// such a stale one and counts as unknown.
     pub fn set_end_offset_floor(&mut self, side: Side, floor: i64) {
         self.end_floor[side.index()] = floor;
+    }
+
+    /// The join's window + grace: a record that far past an empty side's latest would make that
+    /// side's next records late, so the idle wait is skipped only for records less far ahead.
+    pub fn set_retention(&mut self, retention_ms: i64) {
+        self.ahead_ms = self.max_idle_ms.min(retention_ms.saturating_sub(1));
     }
 
     /// The end offset (high watermark) of `side`'s partition as the consumer last saw it in a
@@ -263,6 +283,10 @@ impl TaskQueue {
         self.unanswered_since[side.index()] = None;
         let bytes = event.footprint();
         self.bytes[side.index()] += bytes;
+        if admission == Admission::Join {
+            let latest = &mut self.latest_ts[side.index()];
+            *latest = Some(latest.map_or(event.timestamp, |t| t.max(event.timestamp)));
+        }
         let seq = self.pushed[side.index()];
         self.pushed[side.index()] += 1;
         self.peak_bytes = self.peak_bytes.max(self.bytes[0] + self.bytes[1]);
@@ -404,7 +428,7 @@ impl TaskQueue {
                     self.backlog_given_up_at[i] = self.next_offset[i];
                     self.confirmed[i] = Some((self.next_offset[i], u64::MAX));
                 }
-                if waited < self.max_idle_ms {
+                if waited < self.max_idle_ms && !self.within_idle_of(side, empty) {
                     return None;
                 }
                 if self.unconfirmed(empty) {
@@ -419,6 +443,27 @@ impl TaskQueue {
                 }
                 Some(side)
             }
+        }
+    }
+
+    /// Whether `side`'s front record is stamped at most `max_idle` after the latest record of
+    /// the empty side, which the broker tracks. Then the wait for that side is skipped (the
+    /// broker is still asked whether it is caught up): in a stream whose event time keeps pace
+    /// with the producers' clocks, waiting `max_idle` could only bring records of the empty side
+    /// stamped before that one and written at about the same time, which come in order of their
+    /// partition and join all the same (no record can become late: stream time stays short of
+    /// that side's latest + window + grace, [`TaskQueue::set_retention`]). A record further ahead, as in a
+    /// backlog replayed faster than real time (where a few ms of producer skew is seconds of
+    /// event time), waits `max_idle` as before.
+    fn within_idle_of(&self, side: Side, empty: Side) -> bool {
+        let i = empty.index();
+        if self.end_offset[i] == EndOffset::Untracked {
+            return false;
+        }
+        let front = self.queue_ref(side).front().map(|q| q.event.timestamp);
+        match (front, self.latest_ts[i]) {
+            (Some(ts), Some(latest)) => ts <= latest.saturating_add(self.ahead_ms),
+            _ => false,
         }
     }
 

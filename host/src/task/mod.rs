@@ -89,6 +89,12 @@ impl PartitionTask {
     /// processed-through read back from commit metadata).
     pub fn new(partition: i32, policy: TaskPolicy, start: [CommitPoint; 2]) -> Self {
         let mut queue = TaskQueue::new(policy.max_idle_ms);
+        queue.set_retention(
+            policy
+                .window
+                .window_ms
+                .saturating_add(policy.window.grace_ms),
+        );
         for side in [Side::Left, Side::Right] {
             let p = start[side.index()];
             queue.set_replay(side, p.offset, p.processed_through);

@@ -212,9 +212,10 @@ fn a_side_the_broker_does_not_answer_for_is_waited_for_and_asked_again_up_to_the
     // The left records arrive: the wait was worth it, nothing is late.
     q.push(Side::Left, ev(1, 1001));
     assert_eq!(drain(&mut q, 1_200), [(Side::Right, 0), (Side::Left, 1)]);
-    // The left side empty again: a new wait, max idle and an ask first.
+    // The left side empty again: the right records (1001, 1002) are within max idle of its
+    // latest (1001), so no wall-clock wait, but an ask first.
     assert!(q.next(1_250).is_none());
-    assert_eq!(q.end_offsets_wanted(), [false, false]);
+    assert_eq!(q.end_offsets_wanted(), [true, false]);
 }
 
 #[test]
@@ -485,4 +486,97 @@ fn the_time_records_waited_for_a_side_is_counted_when_each_wait_ends() {
     assert_eq!(q.waited_ms(), 100);
     assert_eq!(drain(&mut q, 5_100), [(Side::Right, 0)]);
     assert_eq!(q.waited_ms(), 200);
+}
+
+/// A task whose left side is caught up by the cache (its latest record, offset 0, stamped 1000)
+/// and whose right side then has one record stamped `right_ts`.
+fn left_caught_up_then_right_at(right_ts: i64) -> TaskQueue {
+    let mut q = TaskQueue::new(100);
+    q.set_replay(Side::Left, 0, None);
+    q.set_replay(Side::Right, 0, None);
+    q.push(Side::Left, ev(0, 1000));
+    q.push(Side::Right, ev(0, right_ts));
+    q.set_end_offset(Side::Left, Some(1));
+    q.set_end_offset(Side::Right, Some(1));
+    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    q
+}
+
+#[test]
+fn a_record_within_max_idle_of_a_caught_up_sides_latest_goes_once_the_broker_says_so() {
+    // Stamped 50 ms after the left side's latest: waiting could only bring left records written
+    // at about the same time, which join all the same. No wall-clock wait, but the broker's word.
+    let mut q = left_caught_up_then_right_at(1050);
+    assert!(q.next(0).is_none());
+    assert_eq!(q.end_offsets_wanted(), [true, false], "asked at once");
+    q.confirm_end_offset(Side::Left, Some(1));
+    assert_eq!(
+        q.next(0).map(|(s, e)| (s, e.offset)),
+        Some((Side::Right, 0))
+    );
+    // At max_idle after it, exactly, too.
+    let mut q = left_caught_up_then_right_at(1100);
+    assert!(q.next(0).is_none());
+    q.confirm_end_offset(Side::Left, Some(1));
+    assert_eq!(q.next(0).map(|(s, _)| s), Some(Side::Right));
+}
+
+#[test]
+fn a_record_within_max_idle_still_waits_for_records_the_broker_holds() {
+    let mut q = left_caught_up_then_right_at(1050);
+    assert!(q.next(0).is_none());
+    q.confirm_end_offset(Side::Left, Some(2));
+    assert!(q.next(5_000).is_none(), "a backlog is waited for");
+    q.push(Side::Left, ev(1, 1020));
+    assert_eq!(
+        q.next(5_000).map(|(s, e)| (s, e.offset)),
+        Some((Side::Left, 1))
+    );
+}
+
+#[test]
+fn a_record_further_ahead_than_max_idle_of_the_empty_sides_latest_waits_max_idle() {
+    // As a backlog replayed faster than real time: a few ms of producer skew between the
+    // topics is more event time than max_idle, and the left side's records would be late.
+    let mut q = left_caught_up_then_right_at(1101);
+    assert!(q.next(0).is_none());
+    assert_eq!(
+        q.end_offsets_wanted(),
+        [false, false],
+        "not asked before max_idle"
+    );
+    assert!(q.next(99).is_none());
+    assert!(q.next(100).is_none());
+    assert_eq!(q.end_offsets_wanted(), [true, false]);
+    q.confirm_end_offset(Side::Left, Some(1));
+    assert_eq!(q.next(100).map(|(s, _)| s), Some(Side::Right));
+}
+
+#[test]
+fn a_side_no_record_came_from_yet_is_waited_for_max_idle() {
+    let mut q = TaskQueue::new(100);
+    q.set_replay(Side::Left, 0, None);
+    q.set_replay(Side::Right, 0, None);
+    q.set_end_offset(Side::Left, Some(0));
+    q.set_end_offset(Side::Right, Some(1));
+    q.push(Side::Right, ev(0, 1000));
+    assert!(q.next(0).is_none());
+    assert_eq!(q.end_offsets_wanted(), [false, false]);
+    assert!(q.next(100).is_none());
+    q.confirm_end_offset(Side::Left, Some(0));
+    assert_eq!(q.next(100).map(|(s, _)| s), Some(Side::Right));
+}
+
+#[test]
+fn the_idle_wait_is_skipped_only_short_of_the_joins_retention() {
+    // max_idle 100 ms but window + grace 30 ms: a record 30 ms past the left side's latest
+    // would make a left record stamped like that latest late; it waits max_idle.
+    let mut q = left_caught_up_then_right_at(1030);
+    q.set_retention(30);
+    assert!(q.next(0).is_none());
+    assert_eq!(q.end_offsets_wanted(), [false, false]);
+    let mut q = left_caught_up_then_right_at(1029);
+    q.set_retention(30);
+    assert!(q.next(0).is_none());
+    assert_eq!(q.end_offsets_wanted(), [true, false]);
 }
