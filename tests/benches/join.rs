@@ -22,7 +22,8 @@
 //! Environment: BENCH_RECORDS (per topic, default 200000), BENCH_BATCH (records per producer batch,
 //! default 10000), BENCH_RUNS (rounds, default 3; the data set is produced once), BENCH_SYSTEMS
 //! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-rust-zstd
-//! (`output.compression = "zstd"`), cojoin-rust-eos (exactly-once),
+//! (`output.compression = "zstd"`), cojoin-rust-eos (exactly-once; -50ms and -20ms with that
+//! `output.commit_interval` instead of its 100 ms),
 //! cojoin-rust-repartition (both sides through internal topics first), cojoin-python,
 //! cojoin-js, kafka-streams-rocksdb, kafka-streams-memory, flink, python-handwritten,
 //! python-handwritten-producing, quixstreams),
@@ -180,6 +181,20 @@ fn main() {
                 "cojoin-rust-eos",
                 "order_paid_rust.wasm",
                 "guarantee = \"exactly-once\"",
+                "",
+            ),
+            // The commit interval is the delay a read_committed reader sees (bench-latency):
+            // what a shorter one costs in throughput.
+            (
+                "cojoin-rust-eos-50ms",
+                "order_paid_rust.wasm",
+                "guarantee = \"exactly-once\"\ncommit_interval = \"50ms\"",
+                "",
+            ),
+            (
+                "cojoin-rust-eos-20ms",
+                "order_paid_rust.wasm",
+                "guarantee = \"exactly-once\"\ncommit_interval = \"20ms\"",
                 "",
             ),
             (

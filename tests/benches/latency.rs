@@ -13,7 +13,8 @@
 //! Systems (COJOIN_LATENCY_SYSTEMS, comma-separated, default all), each at-least-once and
 //! exactly-once (`-eos`):
 //! - `cojoin-rust`, `cojoin-python`: one `cojoin run`, the left join with the order-paid plugin,
-//!   `join.max_idle` its default (or COJOIN_LATENCY_MAX_IDLE), [kafka.options] lines from
+//!   `join.max_idle` its default (or COJOIN_LATENCY_MAX_IDLE), `output.commit_interval` its
+//!   default (or COJOIN_LATENCY_COMMIT_INTERVAL), [kafka.options] lines from
 //!   COJOIN_LATENCY_KAFKA_OPTIONS;
 //! - `kafka-streams`: Kafka Streams 4.4 (host/benches/peers/kafka-streams), its defaults
 //!   (RocksDB window stores; exactly-once is `exactly_once_v2`, committing every 100 ms);
@@ -23,7 +24,8 @@
 //!
 //! Rounds rather than each system's runs back to back (COJOIN_LATENCY_RUNS, default 3, of
 //! COJOIN_LATENCY_SECS, default 60), then a table of the medians: p50, p99, each run's p99, the
-//! paid orders timed, the floor, and for cojoin the seconds its tasks waited for a side.
+//! paid orders timed, the floor, and for cojoin the seconds its tasks waited for a side and
+//! (exactly-once) the mean time a transaction's commit took. The test producer does not linger.
 
 #[allow(dead_code)]
 #[path = "../tests/kafka_scale/paced.rs"]
@@ -151,6 +153,13 @@ fn cojoin_config(bootstrap: &str, group: &str, wasm: &str, guarantee: &str) -> S
         "[output]\n",
         &format!("[output]\nguarantee = \"{guarantee}\"\n"),
     );
+    let config = match std::env::var("COJOIN_LATENCY_COMMIT_INTERVAL") {
+        Ok(interval) => config.replace(
+            "[output]\n",
+            &format!("[output]\ncommit_interval = \"{interval}\"\n"),
+        ),
+        Err(_) => config,
+    };
     let config = match std::env::var("COJOIN_LATENCY_MAX_IDLE") {
         Ok(idle) => config.replace("max_idle = \"1s\"", &format!("max_idle = \"{idle}\"")),
         Err(_) => config.replace("max_idle = \"1s\"\n", ""),
@@ -170,8 +179,10 @@ struct Run {
     timed: usize,
     paid: usize,
     floor: (Duration, Duration),
-    /// Seconds cojoin's tasks waited for a side (its /metrics), in all.
+    /// cojoin's /metrics: seconds its tasks waited for a side, in all, and under exactly-once the
+    /// mean milliseconds a transaction's commit took.
     waited: Option<f64>,
+    commit_ms: Option<f64>,
 }
 
 fn run(system: System, round: u64, secs: u64) -> Run {
@@ -181,7 +192,12 @@ fn run(system: System, round: u64, secs: u64) -> Run {
     let running = system.start(&dir, &kafka, &name);
     let outputs = Outputs::start(&kafka);
     let payments = Outputs::start_on(&kafka, "payments");
-    let producer = kafka.producer("murmur2_random");
+    // No linger: the floor is the broker and a fetch, not the test producer's batching.
+    let producer = Kafka::producer_with(
+        &kafka.bootstrap,
+        "murmur2_random",
+        &[("linger.ms".into(), "0".into())],
+    );
     let mut paid_at: BTreeMap<String, Instant> = BTreeMap::new();
     let started = Instant::now();
     let mut timing: Option<Instant> = None;
@@ -232,9 +248,9 @@ fn run(system: System, round: u64, secs: u64) -> Run {
         .iter()
         .filter_map(|r| Some(r.arrived.saturating_duration_since(*paid_at.get(&r.key)?)))
         .collect();
-    let waited = match &running {
-        Running::Host(host) => Some(waited_seconds(host)),
-        Running::Peer(_) => None,
+    let (waited, commit_ms) = match &running {
+        Running::Host(host) => host_figures(host),
+        Running::Peer(_) => (None, None),
     };
     drop(running);
     let (p50, p99) = quantiles(latencies.clone());
@@ -245,6 +261,7 @@ fn run(system: System, round: u64, secs: u64) -> Run {
         paid: paid_at.len(),
         floor: quantiles(floor),
         waited,
+        commit_ms,
     };
     eprintln!(
         "{name}: {} of {} paid orders timed over {secs} s: p50 {:.1} ms, p99 {:.1} ms (floor {:.1} / {:.1} ms)",
@@ -258,17 +275,28 @@ fn run(system: System, round: u64, secs: u64) -> Run {
     r
 }
 
-/// The seconds `host`'s tasks waited for a side, from its /metrics.
-fn waited_seconds(host: &HostProcess) -> f64 {
+/// From `host`'s /metrics: the seconds its tasks waited for a side, and the mean milliseconds of
+/// a transaction's commit (none committed: `None`).
+fn host_figures(host: &HostProcess) -> (Option<f64>, Option<f64>) {
     let page = cojoin_e2e::http::get(&format!(
         "{}/metrics",
         host.admin_url(Duration::from_secs(5))
     ))
     .body;
-    page.lines()
+    let waited = page
+        .lines()
         .filter(|l| l.starts_with("cojoin_task_waited_seconds{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .sum();
+    let sample = |name| cojoin_e2e::http::sample(&page, name);
+    let commit_ms = match (
+        sample("cojoin_transaction_commit_seconds_total"),
+        sample("cojoin_transactions_committed_total"),
+    ) {
+        (Some(seconds), Some(n)) if n > 0.0 => Some(seconds * 1000.0 / n),
+        _ => None,
+    };
+    (Some(waited), commit_ms)
 }
 
 /// (p50, p99) of `ds`; zero if empty.
@@ -330,22 +358,27 @@ fn main() {
             rs.push(run(*system, round, secs));
         }
     }
-    let idle = std::env::var("COJOIN_LATENCY_MAX_IDLE").unwrap_or_else(|_| "default".into());
+    let setting = |name| std::env::var(name).unwrap_or_else(|_| "default".into());
+    let idle = setting("COJOIN_LATENCY_MAX_IDLE");
+    let interval = setting("COJOIN_LATENCY_COMMIT_INTERVAL");
     println!(
-        "\nlatency: {RATE} orders/s (three in four paid), 6 partitions, one instance per system, payment sent -> output read (read_committed); medians of {runs} runs of {secs} s; cojoin's join.max_idle {idle}\n"
+        "\nlatency: {RATE} orders/s (three in four paid), 6 partitions, one instance per system, payment sent -> output read (read_committed); medians of {runs} runs of {secs} s; cojoin's join.max_idle {idle}, output.commit_interval {interval}\n"
     );
-    println!("| system | guarantee | p50 ms | p99 ms | runs' p99 ms | timed / paid | floor p50 / p99 ms | tasks waited s |");
-    println!("|---|---|---:|---:|---|---:|---:|---:|");
+    println!("| system | guarantee | p50 ms | p99 ms | runs' p99 ms | timed / paid | floor p50 / p99 ms | tasks waited s | commit ms |");
+    println!("|---|---|---:|---:|---|---:|---:|---:|---:|");
     for (system, rs) in &results {
         let m = |f: &dyn Fn(&Run) -> f64| median(rs.iter().map(f).collect());
         let runs99: Vec<String> = rs.iter().map(|r| format!("{:.1}", ms(r.p99))).collect();
-        let waited = if rs.iter().all(|r| r.waited.is_some()) {
-            format!("{:.1}", m(&|r| r.waited.unwrap_or(0.0)))
-        } else {
-            "-".into()
+        let some = |f: fn(&Run) -> Option<f64>| {
+            if rs.iter().all(|r| f(r).is_some()) {
+                format!("{:.1}", m(&|r| f(r).unwrap_or(0.0)))
+            } else {
+                "-".into()
+            }
         };
+        let (waited, commit) = (some(|r| r.waited), some(|r| r.commit_ms));
         println!(
-            "| {} | {} | {:.1} | {:.1} | {} | {:.0} / {:.0} | {:.1} / {:.1} | {waited} |",
+            "| {} | {} | {:.1} | {:.1} | {} | {:.0} / {:.0} | {:.1} / {:.1} | {waited} | {commit} |",
             system.name(),
             system.guarantee(),
             m(&|r| ms(r.p50)),
