@@ -991,3 +991,59 @@ fn exactly_once_stops_with_the_reason_when_renewed_producers_keep_failing_and_a_
     host.stop();
     assert_every_order_reported(&outputs);
 }
+
+#[test]
+fn a_side_whose_fetches_are_slowed_is_waited_for_and_nothing_becomes_late() {
+    use rdkafka::mocking::MockCoordinator;
+
+    // Two brokers: the orders partitions on broker 2, the payments and the group on broker 1.
+    let cluster = MockCluster::new(2).unwrap();
+    for topic in ["orders", "payments"] {
+        cluster.create_topic(topic, PARTITIONS, 1).unwrap();
+    }
+    for p in 0..PARTITIONS {
+        cluster.partition_leader("orders", p, Some(2)).unwrap();
+        cluster.partition_leader("payments", p, Some(1)).unwrap();
+    }
+    cluster.create_topic("orders-paid", 1, 1).unwrap();
+    cluster.create_topic("dlq", 1, 1).unwrap();
+    let group = format!("slowed-{}", std::process::id());
+    cluster
+        .coordinator(MockCoordinator::Group(group.clone()), 1)
+        .unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let p = producer(&bootstrap);
+    produce_orders(&p, 0, 100);
+    let host = start_host(&bootstrap, &group);
+    read_outputs(&bootstrap, |o| paid(o) >= 70);
+
+    // From now on every request to broker 2 takes 400 ms (4 × max_idle): the orders reach the
+    // broker and the host that much after their payments, which are stamped 2 s after them and
+    // more than max_idle ahead of what the host last read of the orders. Going on without the
+    // orders would make them late; the host must wait for them.
+    cluster
+        .broker_round_trip_time(2, Duration::from_millis(400))
+        .unwrap();
+    produce_orders(&p, 100, 200);
+    produce_ticks(&p);
+    let outputs = read_outputs(&bootstrap, every_order_in);
+    let page = host.metrics.render();
+    host.stop();
+
+    assert_every_order_reported(&outputs);
+    assert_eq!(
+        sample(&page, "cojoin_late_records_total"),
+        Some(0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(&page, "cojoin_dead_lettered_records_total"),
+        Some(0),
+        "{page}"
+    );
+    eprintln!(
+        "end offsets asked {:?}, behind {:?}",
+        sample(&page, "cojoin_end_offsets_asked_total"),
+        sample(&page, "cojoin_end_offsets_behind_total")
+    );
+}
