@@ -179,37 +179,19 @@ impl HostProcess {
         self.group_log().into_iter().map(|(held, _)| held).collect()
     }
 
+    /// What the current run (since the last start or restart) holds after its latest assignment
+    /// or revoke; `None` before it logged one. Unlike `assignments().last()`, not the last run's:
+    /// a run just restarted has not set its SIGTERM handler yet.
+    pub fn held_in_this_run(&self) -> Option<Held> {
+        group_log_of(std::slice::from_ref(self.runs.last()?))
+            .pop()
+            .map(|(held, _)| held)
+    }
+
     /// Every "assignment" and "partitions revoked" line of every run, with what was held after
     /// it, and the tasks started right after it (before the next such line).
     fn group_log(&self) -> Vec<(Held, Vec<i32>)> {
-        let mut out: Vec<(Held, Vec<i32>)> = Vec::new();
-        for log in &self.runs {
-            let (mut left, mut right) = (Vec::new(), Vec::new());
-            for line in log_lines(log) {
-                let field = |name: &str| parse_list(line["fields"][name].as_str().unwrap_or(""));
-                match line["fields"]["message"].as_str() {
-                    Some("assignment") => {
-                        (left, right) = (field("left"), field("right"));
-                    }
-                    Some("partitions revoked") => {
-                        let (l, r) = (field("left"), field("right"));
-                        left.retain(|p| !l.contains(p));
-                        right.retain(|p| !r.contains(p));
-                    }
-                    Some("task assigned") => {
-                        if let (Some(last), Some(task)) =
-                            (out.last_mut(), line["fields"]["task"].as_i64())
-                        {
-                            last.1.push(task as i32);
-                        }
-                        continue;
-                    }
-                    _ => continue,
-                }
-                out.push(((left.clone(), right.clone()), Vec::new()));
-            }
-        }
-        out
+        group_log_of(&self.runs)
     }
 
     /// Every task this host started, in order, over all its runs.
@@ -321,6 +303,38 @@ pub fn wait_for_stable_group(hosts: &[&HostProcess], partitions: i32, timeout: D
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// [`HostProcess::group_log`] of the run logs `runs`.
+fn group_log_of(runs: &[PathBuf]) -> Vec<(Held, Vec<i32>)> {
+    let mut out: Vec<(Held, Vec<i32>)> = Vec::new();
+    for log in runs {
+        let (mut left, mut right) = (Vec::new(), Vec::new());
+        for line in log_lines(log) {
+            let field = |name: &str| parse_list(line["fields"][name].as_str().unwrap_or(""));
+            match line["fields"]["message"].as_str() {
+                Some("assignment") => {
+                    (left, right) = (field("left"), field("right"));
+                }
+                Some("partitions revoked") => {
+                    let (l, r) = (field("left"), field("right"));
+                    left.retain(|p| !l.contains(p));
+                    right.retain(|p| !r.contains(p));
+                }
+                Some("task assigned") => {
+                    if let (Some(last), Some(task)) =
+                        (out.last_mut(), line["fields"]["task"].as_i64())
+                    {
+                        last.1.push(task as i32);
+                    }
+                    continue;
+                }
+                _ => continue,
+            }
+            out.push(((left.clone(), right.clone()), Vec::new()));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
