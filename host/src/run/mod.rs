@@ -154,7 +154,15 @@ impl Host {
         // A task stopped at its batch budget last round with records left: no waiting to poll.
         let mut more = false;
         while !shutdown.load(Ordering::Relaxed) {
-            let wait = run.poll_wait(more, started.elapsed().as_millis() as i64);
+            // Not past the next commit: under exactly-once the outputs of the open transaction
+            // are visible only once it commits, so a quiet poll must not hold them back.
+            let to_commit = cfg
+                .output
+                .commit_interval()
+                .saturating_sub(last_commit.elapsed());
+            let wait = run
+                .poll_wait(more, started.elapsed().as_millis() as i64)
+                .min(to_commit);
             intake.poll(&mut run.tasks, wait)?;
             more = self.round(&mut intake, &mut sink, &mut workers, &mut run, started)?;
             if let Some(why) = repartitioner.as_mut().and_then(Repartitioner::stopped) {
