@@ -197,7 +197,12 @@ fn read_outputs(
 
 /// A mock cluster with the joined topics, the output topic and the dead-letter topic.
 fn join_cluster() -> (MockCluster<'static, DefaultProducerContext>, String) {
-    let cluster = MockCluster::new(1).unwrap();
+    join_cluster_of(1)
+}
+
+/// [`join_cluster`] on `brokers` brokers (partition leaders as the mock spreads them).
+fn join_cluster_of(brokers: i32) -> (MockCluster<'static, DefaultProducerContext>, String) {
+    let cluster = MockCluster::new(brokers).unwrap();
     for topic in ["orders", "payments"] {
         cluster.create_topic(topic, PARTITIONS, 1).unwrap();
     }
@@ -997,21 +1002,15 @@ fn a_side_whose_fetches_are_slowed_is_waited_for_and_nothing_becomes_late() {
     use rdkafka::mocking::MockCoordinator;
 
     // Two brokers: the orders partitions on broker 2, the payments and the group on broker 1.
-    let cluster = MockCluster::new(2).unwrap();
-    for topic in ["orders", "payments"] {
-        cluster.create_topic(topic, PARTITIONS, 1).unwrap();
-    }
+    let (cluster, bootstrap) = join_cluster_of(2);
     for p in 0..PARTITIONS {
         cluster.partition_leader("orders", p, Some(2)).unwrap();
         cluster.partition_leader("payments", p, Some(1)).unwrap();
     }
-    cluster.create_topic("orders-paid", 1, 1).unwrap();
-    cluster.create_topic("dlq", 1, 1).unwrap();
     let group = format!("slowed-{}", std::process::id());
     cluster
         .coordinator(MockCoordinator::Group(group.clone()), 1)
         .unwrap();
-    let bootstrap = cluster.bootstrap_servers();
     let p = producer(&bootstrap);
     produce_orders(&p, 0, 100);
     let host = start_host(&bootstrap, &group);

@@ -26,9 +26,9 @@
 //! In a live stream the idle wait is skipped for a record stamped at most `max_idle` after the
 //! empty side's latest record (the broker is still asked first): waiting could only bring records
 //! of that side written at about the same time, which join all the same, and no record can become
-//! late short of that side's latest + window + grace (the limit, if `max_idle` is longer). A record further ahead (a backlog replayed
-//! faster than real time, where milliseconds of producer skew are seconds of event time) waits
-//! `max_idle` ([`TaskQueue::within_idle_of`]).
+//! late short of that side's latest + window + grace (the limit, if `max_idle` is longer). A
+//! record further ahead (a backlog replayed faster than real time, where milliseconds of producer
+//! skew are seconds of event time) waits `max_idle` ([`TaskQueue::within_idle_of`]).
 //!
 //! A side paused for backpressure (its queue passed its share of `memory.queue_bytes`) is not an
 //! empty side: its records are on the broker, and going on with the other side would make them
@@ -452,9 +452,9 @@ impl TaskQueue {
     /// with the producers' clocks, waiting `max_idle` could only bring records of the empty side
     /// stamped before that one and written at about the same time, which come in order of their
     /// partition and join all the same (no record can become late: stream time stays short of
-    /// that side's latest + window + grace, [`TaskQueue::set_retention`]). A record further ahead, as in a
-    /// backlog replayed faster than real time (where a few ms of producer skew is seconds of
-    /// event time), waits `max_idle` as before.
+    /// that side's latest + window + grace, [`TaskQueue::set_retention`]). A record further
+    /// ahead, as in a backlog replayed faster than real time (where a few ms of producer skew
+    /// is seconds of event time), waits `max_idle` as before.
     fn within_idle_of(&self, side: Side, empty: Side) -> bool {
         let i = empty.index();
         if self.end_offset[i] == EndOffset::Untracked {
