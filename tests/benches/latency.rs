@@ -2,11 +2,13 @@
 //! join on Apache Kafka 4.4 (tests/kafka/broker.sh), cojoin beside the systems a user would pick
 //! instead, each on a fresh broker of its own, in turn.
 //!
-//! Each run: 100 orders/s in real event time (three in four paid 20 ms later, in the same send),
-//! 6 partitions, one instance of the system reading `orders` and `payments` and writing the paid
-//! orders to `orders-paid`; a `read_committed` reader times each paid order from sending its
+//! Each run: 100 orders/s (COJOIN_LATENCY_RATE) in real event time (three in four paid two
+//! orders' spacing later, 20 ms at 100/s, in the same send), 6 partitions, one instance of the
+//! system (cojoin: COJOIN_LATENCY_HOSTS hosts in one group, default 1; the peers always one)
+//! reading `orders` and `payments` and writing the paid orders to `orders-paid`; a `read_committed` reader times each paid order from sending its
 //! payment to reading its output. A warm-up first: the stream flows from the start, and timing
-//! begins 5 s after the system's first output (JIT, group join, state set-up), then lasts
+//! begins 5 s per instance after the system's first output (JIT, group join, state set-up, the
+//! group's rebalances as the hosts join), then lasts
 //! COJOIN_LATENCY_SECS. The same reader times the payments themselves: the floor (the test
 //! producer, the broker, a fetch) that every figure includes.
 //!
@@ -27,10 +29,6 @@
 //! paid orders timed, the floor, and for cojoin the seconds its tasks waited for a side and
 //! (exactly-once) the mean time a transaction's commit took. The test producer does not linger.
 
-#[allow(dead_code)]
-#[path = "../tests/kafka_scale/paced.rs"]
-mod paced;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -39,13 +37,12 @@ use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::hosts::{join_config_for, HostProcess};
 use cojoin_e2e::outputs::Outputs;
 use cojoin_e2e::scenario::{join_broker, order_outputs, run_dir, PARTITIONS};
-use cojoin_e2e::stream::Record;
+use cojoin_e2e::stream::{self, Record};
 use cojoin_e2e::{java_peer, plugin};
-use paced::{order, RATE};
 
 /// What the systems join: cojoin's test config (tests/hosts.rs) has a 10 s window, no grace.
 const WINDOW_MS: &str = "10000";
-/// From the system's first output to the start of timing.
+/// From the system's first output to the start of timing, per instance.
 const WARM_UP: Duration = Duration::from_secs(5);
 /// How long a system may take to its first output.
 const FIRST_OUTPUT_WITHIN: Duration = Duration::from_secs(180);
@@ -55,6 +52,25 @@ enum Kind {
     Cojoin(&'static str),
     KafkaStreams,
     Flink,
+}
+
+/// The stream and how many cojoin hosts share it.
+#[derive(Clone, Copy)]
+struct Load {
+    /// Orders per second of wall time, in real event time.
+    rate: u32,
+    hosts: u32,
+}
+
+/// Order i and its payment (unless i % 4 == 0) at `rate` orders per second in real event time:
+/// stamped i × 1000 / `rate` ms, the payment two orders' spacing later.
+fn order(i: u32, rate: u32) -> Vec<Record> {
+    let mut records = stream::orders(i, i + 1);
+    for r in &mut records {
+        // stream::orders spaces orders 1 s apart and pays 2 s later: scale both down.
+        r.timestamp = stream::BASE_TS + (r.timestamp - stream::BASE_TS) / i64::from(rate);
+    }
+    records
 }
 
 /// A system under test: its kind and guarantee.
@@ -83,8 +99,8 @@ impl System {
         }
     }
 
-    /// Starts the system on `kafka`, its logs in `dir`.
-    fn start(&self, dir: &std::path::Path, kafka: &Kafka, name: &str) -> Running {
+    /// Starts the system on `kafka` (cojoin: `hosts` hosts), its logs in `dir`.
+    fn start(&self, dir: &std::path::Path, kafka: &Kafka, name: &str, hosts: u32) -> Running {
         let peer = |mut cmd: Command| {
             let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
             let child = cmd
@@ -114,7 +130,11 @@ impl System {
         match self.kind {
             Kind::Cojoin(wasm) => {
                 let config = cojoin_config(&kafka.bootstrap, name, wasm, self.guarantee());
-                Running::Host(HostProcess::start(dir, "host-0", &config))
+                Running::Hosts(
+                    (0..hosts)
+                        .map(|h| HostProcess::start(dir, &format!("host-{h}"), &config))
+                        .collect(),
+                )
             }
             Kind::KafkaStreams => {
                 let mut cmd = java_peer("kafka-streams", "KafkaStreamsJoin");
@@ -132,7 +152,7 @@ impl System {
 
 /// A running system; dropping it kills it.
 enum Running {
-    Host(HostProcess),
+    Hosts(Vec<HostProcess>),
     Peer(Child),
 }
 
@@ -185,11 +205,15 @@ struct Run {
     commit_ms: Option<f64>,
 }
 
-fn run(system: System, round: u64, secs: u64) -> Run {
+fn run(system: System, round: u64, secs: u64, load: Load) -> Run {
     let name = format!("latency-{}-{round}", system.name());
     let dir = run_dir(&name);
     let kafka = join_broker(&dir);
-    let running = system.start(&dir, &kafka, &name);
+    let instances = match system.kind {
+        Kind::Cojoin(_) => load.hosts,
+        _ => 1,
+    };
+    let running = system.start(&dir, &kafka, &name, instances);
     let outputs = Outputs::start(&kafka);
     let payments = Outputs::start_on(&kafka, "payments");
     // No linger: the floor is the broker and a fetch, not the test producer's batching.
@@ -205,20 +229,22 @@ fn run(system: System, round: u64, secs: u64) -> Run {
     while timing.is_none_or(|t| t.elapsed() < Duration::from_secs(secs)) {
         if timing.is_none() && next % 50 == 0 {
             match outputs.first_arrived() {
-                Some(first) if first.elapsed() >= WARM_UP => timing = Some(Instant::now()),
+                Some(first) if first.elapsed() >= WARM_UP * instances => {
+                    timing = Some(Instant::now())
+                }
                 None if started.elapsed() > FIRST_OUTPUT_WITHIN => {
                     panic!("{name}: no output in {FIRST_OUTPUT_WITHIN:?}; logs in {dir:?}")
                 }
                 _ => {}
             }
         }
-        let due = (started.elapsed().as_secs_f64() * f64::from(RATE)) as u32;
+        let due = (started.elapsed().as_secs_f64() * f64::from(load.rate)) as u32;
         for p in 0..PARTITIONS {
             let orders: Vec<u32> = (next..due)
                 .filter(|i| (i % PARTITIONS as u32) as i32 == p)
                 .collect();
             let sent = Instant::now();
-            let records: Vec<Record> = orders.iter().flat_map(|&i| order(i)).collect();
+            let records: Vec<Record> = orders.iter().flat_map(|&i| order(i, load.rate)).collect();
             Kafka::produce_with(&producer, &records, Some(p));
             if timing.is_some() {
                 for i in orders.into_iter().filter(|i| i % 4 != 0) {
@@ -249,7 +275,7 @@ fn run(system: System, round: u64, secs: u64) -> Run {
         .filter_map(|r| Some(r.arrived.saturating_duration_since(*paid_at.get(&r.key)?)))
         .collect();
     let (waited, commit_ms) = match &running {
-        Running::Host(host) => host_figures(host),
+        Running::Hosts(hosts) => host_figures(hosts),
         Running::Peer(_) => (None, None),
     };
     drop(running);
@@ -275,27 +301,26 @@ fn run(system: System, round: u64, secs: u64) -> Run {
     r
 }
 
-/// From `host`'s /metrics: the seconds its tasks waited for a side, and the mean milliseconds of
-/// a transaction's commit (none committed: `None`).
-fn host_figures(host: &HostProcess) -> (Option<f64>, Option<f64>) {
-    let page = cojoin_e2e::http::get(&format!(
-        "{}/metrics",
-        host.admin_url(Duration::from_secs(5))
-    ))
-    .body;
-    let waited = page
-        .lines()
-        .filter(|l| l.starts_with("cojoin_task_waited_seconds{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    let sample = |name| cojoin_e2e::http::sample(&page, name);
-    let commit_ms = match (
-        sample("cojoin_transaction_commit_seconds_total"),
-        sample("cojoin_transactions_committed_total"),
-    ) {
-        (Some(seconds), Some(n)) if n > 0.0 => Some(seconds * 1000.0 / n),
-        _ => None,
-    };
+/// From the hosts' /metrics: the seconds their tasks waited for a side, and the mean
+/// milliseconds of a transaction's commit (none committed: `None`).
+fn host_figures(hosts: &[HostProcess]) -> (Option<f64>, Option<f64>) {
+    let (mut waited, mut commit_s, mut commits) = (0.0, 0.0, 0.0);
+    for host in hosts {
+        let page = cojoin_e2e::http::get(&format!(
+            "{}/metrics",
+            host.admin_url(Duration::from_secs(5))
+        ))
+        .body;
+        waited += page
+            .lines()
+            .filter(|l| l.starts_with("cojoin_task_waited_seconds{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        let sample = |name| cojoin_e2e::http::sample(&page, name).unwrap_or(0.0);
+        commit_s += sample("cojoin_transaction_commit_seconds_total");
+        commits += sample("cojoin_transactions_committed_total");
+    }
+    let commit_ms = (commits > 0.0).then(|| commit_s * 1000.0 / commits);
     (Some(waited), commit_ms)
 }
 
@@ -333,6 +358,10 @@ fn main() {
         env_or("COJOIN_LATENCY_RUNS", 3).max(1),
         env_or("COJOIN_LATENCY_SECS", 60),
     );
+    let load = Load {
+        rate: env_or("COJOIN_LATENCY_RATE", 100).clamp(1, 1_000_000) as u32,
+        hosts: env_or("COJOIN_LATENCY_HOSTS", 1).clamp(1, 16) as u32,
+    };
     let mut systems = Vec::new();
     for kind in [
         Kind::Cojoin("order_paid_rust.wasm"),
@@ -355,14 +384,15 @@ fn main() {
     let mut results: Vec<(System, Vec<Run>)> = systems.iter().map(|s| (*s, vec![])).collect();
     for round in 1..=runs {
         for (system, rs) in &mut results {
-            rs.push(run(*system, round, secs));
+            rs.push(run(*system, round, secs, load));
         }
     }
     let setting = |name| std::env::var(name).unwrap_or_else(|_| "default".into());
     let idle = setting("COJOIN_LATENCY_MAX_IDLE");
     let interval = setting("COJOIN_LATENCY_COMMIT_INTERVAL");
     println!(
-        "\nlatency: {RATE} orders/s (three in four paid), 6 partitions, one instance per system, payment sent -> output read (read_committed); medians of {runs} runs of {secs} s; cojoin's join.max_idle {idle}, output.commit_interval {interval}\n"
+        "\nlatency: {} orders/s (three in four paid), 6 partitions, {} cojoin host(s) and one instance of a peer, payment sent -> output read (read_committed); medians of {runs} runs of {secs} s; cojoin's join.max_idle {idle}, output.commit_interval {interval}\n",
+        load.rate, load.hosts
     );
     println!("| system | guarantee | p50 ms | p99 ms | runs' p99 ms | timed / paid | floor p50 / p99 ms | tasks waited s | commit ms |");
     println!("|---|---|---:|---:|---|---:|---:|---:|---:|");

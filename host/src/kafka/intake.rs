@@ -19,7 +19,7 @@ mod rebalance;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -127,9 +127,10 @@ impl Intake {
 
     /// Hands the records polled during the last round to their tasks, then polls what is there
     /// (at most [`POLL_PER_ROUND`] in all), waiting at most `wait` for the first; rebalances are
-    /// applied as the polls bring them.
-    pub fn poll(&mut self, tasks: &mut impl Tasks, wait: Duration) -> Result<()> {
+    /// applied as the polls bring them. Returns how long it waited for the first.
+    pub fn poll(&mut self, tasks: &mut impl Tasks, wait: Duration) -> Result<Duration> {
         let ahead = self.ahead.len();
+        let mut waited = Duration::ZERO;
         self.hand_over(tasks)?;
         for polled in ahead..POLL_PER_ROUND {
             // A task's start polled while it asked the broker (kafka/intake/asks.rs): what it
@@ -138,7 +139,12 @@ impl Intake {
                 break;
             }
             let wait = if polled == 0 { wait } else { Duration::ZERO };
-            let record = match self.source.poll(wait) {
+            let asked = Instant::now();
+            let polled_one = self.source.poll(wait);
+            if !wait.is_zero() {
+                waited = asked.elapsed();
+            }
+            let record = match polled_one {
                 // A static member restarted after a kill -9 under the consumer protocol: the
                 // broker releases its id at the old member's session timeout. Until then a new
                 // consumer asks again, backing off (it holds no task yet).
@@ -161,7 +167,7 @@ impl Intake {
             let Some(record) = record else { break };
             self.queue(tasks, record)?;
         }
-        Ok(())
+        Ok(waited)
     }
 
     /// Polls while `running()` (the workers run a round), up to [`POLL_PER_ROUND`] records and

@@ -9,7 +9,8 @@
 //! to its task, which dead-letters its inputs); only then is each batch acknowledged to its task,
 //! and the record counts as processed. The task's commit points — the smallest offset it still
 //! needs, and in the metadata how far processing got — are published to the source, which commits
-//! them every second, on revoke and on shutdown.
+//! them every `output.commit_interval` (under exactly-once sooner when the loop is idle with
+//! outputs held back: run/cadence.rs), on revoke and on shutdown.
 //!
 //! Tasks follow partitions (kafka/pairing.rs): a task whose partition is revoked commits and drops
 //! its state; a task starts, from its committed points (replaying what its state needs), once the
@@ -18,6 +19,7 @@
 //! under the classic one every rebalance revokes and restarts every task.
 
 pub mod action;
+mod cadence;
 mod commit;
 mod publish;
 mod round;
@@ -40,6 +42,7 @@ use crate::plugin::PluginRegistry;
 use crate::report::Happened;
 use crate::task::backpressure::QueueMarks;
 use crate::task::PartitionTask;
+use cadence::Cadence;
 use setup::Started;
 use tasks::Held;
 
@@ -85,6 +88,9 @@ struct Running {
     queue_bytes: u64,
     /// Exactly-once: transactional producers renewed since the last committed transaction.
     renewals: u32,
+    /// Time spent asking the broker for end offsets since the loop last took it: waiting for
+    /// input as a quiet poll is, for the commit cadence.
+    asked: Duration,
 }
 
 impl Running {
@@ -150,20 +156,20 @@ impl Host {
         } = self.start()?;
         let cfg = &self.config;
         let started = Instant::now();
-        let (mut last_lag, mut last_commit) = (started - LAG_INTERVAL, started);
+        let mut last_lag = started - LAG_INTERVAL;
+        let transactions = sink.transactions();
+        // Outputs in the open transaction, which a read_committed reader sees once it commits.
+        let pending = || transactions.as_ref().is_some_and(|t| t.is_open());
+        let mut cadence = Cadence::new(cfg.output.commit_interval(), transactions.is_some());
         // A task stopped at its batch budget last round with records left: no waiting to poll.
         let mut more = false;
         while !shutdown.load(Ordering::Relaxed) {
-            // Not past the next commit: under exactly-once the outputs of the open transaction
-            // are visible only once it commits, so a quiet poll must not hold them back.
-            let to_commit = cfg
-                .output
-                .commit_interval()
-                .saturating_sub(last_commit.elapsed());
+            let lap = Instant::now();
+            // Not past the next commit: a quiet poll must not hold back outputs.
             let wait = run
                 .poll_wait(more, started.elapsed().as_millis() as i64)
-                .min(to_commit);
-            intake.poll(&mut run.tasks, wait)?;
+                .min(cadence.until_due(pending()));
+            let waited = intake.poll(&mut run.tasks, wait)?;
             more = self.round(&mut intake, &mut sink, &mut workers, &mut run, started)?;
             if let Some(why) = repartitioner.as_mut().and_then(Repartitioner::stopped) {
                 // The join would wait on internal topics that no longer fill.
@@ -177,10 +183,11 @@ impl Host {
             self.publish_metrics(&intake, &mut run, &mut workers, sink.acknowledged());
             self.heartbeat_ms
                 .store(crate::clock::now_ms(), Ordering::Relaxed);
-            if last_commit.elapsed() >= cfg.output.commit_interval() {
+            cadence.pass(lap.elapsed(), waited + std::mem::take(&mut run.asked));
+            if cadence.due(pending()) {
                 let outcome = intake.commit();
                 self.after_commit(outcome, &mut intake, &mut sink, &mut run)?;
-                last_commit = Instant::now();
+                cadence.committed();
             }
         }
         if let Outcome::Fatal(why) = intake.leave() {

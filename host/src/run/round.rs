@@ -123,7 +123,10 @@ impl Host {
             }
         }
         intake.resume_drained(&run.tasks)?;
-        Ok(more | self.ask_end_offsets(intake, &mut run.tasks))
+        let asked = Instant::now();
+        let answered = self.ask_end_offsets(intake, &mut run.tasks);
+        run.asked += asked.elapsed();
+        Ok(more | answered)
     }
 }
 

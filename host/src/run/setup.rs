@@ -142,6 +142,7 @@ impl Host {
             lags: HashMap::new(),
             queue_bytes: cfg.memory.queue_bytes,
             renewals: 0,
+            asked: std::time::Duration::ZERO,
         };
         Ok(Started {
             repartitioner,
