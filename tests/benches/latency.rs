@@ -27,7 +27,9 @@
 //! Rounds rather than each system's runs back to back (COJOIN_LATENCY_RUNS, default 3, of
 //! COJOIN_LATENCY_SECS, default 60), then a table of the medians: p50, p99, each run's p99, the
 //! paid orders timed, the floor, and for cojoin the seconds its tasks waited for a side and
-//! (exactly-once) the mean time a transaction's commit took. The test producer does not linger.
+//! (exactly-once) the mean time a transaction's commit took. The test producer does not linger;
+//! with COJOIN_LATENCY_TRANSACTIONAL=1 it writes each 10 ms tick's records in a transaction of
+//! its own, as an exactly-once upstream would (the topics then hold a commit marker after each).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
@@ -39,6 +41,7 @@ use cojoin_e2e::outputs::Outputs;
 use cojoin_e2e::scenario::{join_broker, order_outputs, run_dir, PARTITIONS};
 use cojoin_e2e::stream::{self, Record};
 use cojoin_e2e::{java_peer, plugin};
+use rdkafka::producer::Producer as _;
 
 /// What the systems join: cojoin's test config (tests/hosts.rs) has a 10 s window, no grace.
 const WINDOW_MS: &str = "10000";
@@ -60,6 +63,8 @@ struct Load {
     /// Orders per second of wall time, in real event time.
     rate: u32,
     hosts: u32,
+    /// Each tick's records in a transaction of their own.
+    transactional: bool,
 }
 
 /// Order i and its payment (unless i % 4 == 0) at `rate` orders per second in real event time:
@@ -217,11 +222,16 @@ fn run(system: System, round: u64, secs: u64, load: Load) -> Run {
     let outputs = Outputs::start(&kafka);
     let payments = Outputs::start_on(&kafka, "payments");
     // No linger: the floor is the broker and a fetch, not the test producer's batching.
-    let producer = Kafka::producer_with(
-        &kafka.bootstrap,
-        "murmur2_random",
-        &[("linger.ms".into(), "0".into())],
-    );
+    let mut settings = vec![("linger.ms".to_owned(), "0".to_owned())];
+    if load.transactional {
+        settings.push(("transactional.id".into(), format!("{name}-upstream")));
+    }
+    let producer = Kafka::producer_with(&kafka.bootstrap, "murmur2_random", &settings);
+    if load.transactional {
+        producer
+            .init_transactions(Duration::from_secs(30))
+            .expect("the upstream producer's init_transactions");
+    }
     let mut paid_at: BTreeMap<String, Instant> = BTreeMap::new();
     let started = Instant::now();
     let mut timing: Option<Instant> = None;
@@ -239,6 +249,11 @@ fn run(system: System, round: u64, secs: u64, load: Load) -> Run {
             }
         }
         let due = (started.elapsed().as_secs_f64() * f64::from(load.rate)) as u32;
+        if load.transactional {
+            producer
+                .begin_transaction()
+                .expect("beginning a transaction");
+        }
         for p in 0..PARTITIONS {
             let orders: Vec<u32> = (next..due)
                 .filter(|i| (i % PARTITIONS as u32) as i32 == p)
@@ -251,6 +266,11 @@ fn run(system: System, round: u64, secs: u64, load: Load) -> Run {
                     paid_at.insert(format!("order-{i}"), sent);
                 }
             }
+        }
+        if load.transactional {
+            producer
+                .commit_transaction(Duration::from_secs(10))
+                .expect("committing a transaction");
         }
         next = next.max(due);
         std::thread::sleep(Duration::from_millis(10));
@@ -361,6 +381,7 @@ fn main() {
     let load = Load {
         rate: env_or("COJOIN_LATENCY_RATE", 100).clamp(1, 1_000_000) as u32,
         hosts: env_or("COJOIN_LATENCY_HOSTS", 1).clamp(1, 16) as u32,
+        transactional: env_or("COJOIN_LATENCY_TRANSACTIONAL", 0) == 1,
     };
     let mut systems = Vec::new();
     for kind in [
@@ -391,8 +412,14 @@ fn main() {
     let idle = setting("COJOIN_LATENCY_MAX_IDLE");
     let interval = setting("COJOIN_LATENCY_COMMIT_INTERVAL");
     println!(
-        "\nlatency: {} orders/s (three in four paid), 6 partitions, {} cojoin host(s) and one instance of a peer, payment sent -> output read (read_committed); medians of {runs} runs of {secs} s; cojoin's join.max_idle {idle}, output.commit_interval {interval}\n",
-        load.rate, load.hosts
+        "\nlatency: {} orders/s (three in four paid{}), 6 partitions, {} cojoin host(s) and one instance of a peer, payment sent -> output read (read_committed); medians of {runs} runs of {secs} s; cojoin's join.max_idle {idle}, output.commit_interval {interval}\n",
+        load.rate,
+        if load.transactional {
+            ", a transaction every 10 ms"
+        } else {
+            ""
+        },
+        load.hosts
     );
     println!("| system | guarantee | p50 ms | p99 ms | runs' p99 ms | timed / paid | floor p50 / p99 ms | tasks waited s | commit ms |");
     println!("|---|---|---:|---:|---|---:|---:|---:|---:|");

@@ -8,7 +8,11 @@
 //! (from the consumer's last fetch response) is past the next offset to arrive, or not known yet
 //! because nothing was fetched. Then the task waits for them as Kafka Streams does since KIP-695:
 //! going on would make them look late. That wait is bounded too ([`BACKLOG_WAIT_MS`]), in case the
-//! end offset counts records that never arrive (transaction markers).
+//! end offset counts records that never arrive. Transaction markers are such offsets: a topic an
+//! exactly-once producer writes holds one after each transaction, which the end offset counts and
+//! no poll delivers. The consumer's position moves past them (librdkafka serves a marker by moving
+//! it), so the I/O layer reports the position of a side whose polled records are all pushed
+//! ([`TaskQueue::set_position`]): offsets below it are none the task will see.
 //!
 //! The consumer's end offset is as old as its last fetch response for that partition: on a busy
 //! machine a fetch can come back seconds late, and the cache then says "caught up" while the
@@ -198,6 +202,19 @@ impl TaskQueue {
     /// such a stale one and counts as unknown.
     pub fn set_end_offset_floor(&mut self, side: Side, floor: i64) {
         self.end_floor[side.index()] = floor;
+    }
+
+    /// The consumer's position on `side`'s partition, reported while every record it polled of
+    /// that partition was pushed: an offset between the next one to arrive and the position is a
+    /// transaction marker or an aborted record, which no poll delivers, so the next offset to
+    /// arrive is the position. Without it a marker at a partition's end looks like a backlog,
+    /// waited for up to [`BACKLOG_WAIT_MS`] (measured: an upstream committing every 10 ms made
+    /// the tasks of `make bench-latency` wait most of their time).
+    pub fn set_position(&mut self, side: Side, position: i64) {
+        let next = &mut self.next_offset[side.index()];
+        if next.is_some_and(|n| position > n) {
+            *next = Some(position);
+        }
     }
 
     /// The join's window + grace: a record that far past an empty side's latest would make that

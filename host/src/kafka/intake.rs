@@ -332,6 +332,17 @@ impl Intake {
         self.source.cached_end_offsets(p)
     }
 
+    /// The consumer's positions ([`Source::positions`]) of the sides none of whose polled
+    /// records wait here to be handed over: there every record before the position is with its
+    /// task.
+    pub fn positions(&self) -> HashMap<(i32, Side), i64> {
+        let mut at = self.source.positions();
+        for r in self.ahead.before.iter().chain(&self.ahead.after) {
+            at.remove(&(r.event.partition, r.side));
+        }
+        at
+    }
+
     /// The end offsets of the `wanted` sides of tasks as the broker reports them now (see
     /// [`Intake::end_offsets_within`]), waiting at most [`END_OFFSET_ASKED`]; a side missing
     /// from the answer was not given (said once in a while).
@@ -365,8 +376,9 @@ impl Intake {
         answer.given
     }
 
-    /// The end offsets of the `wanted` sides of tasks as the broker reports them now (under
-    /// read_committed, the last stable offsets), asked on the client of its own all together:
+    /// The end offsets of the `wanted` sides of tasks as the broker reports them now (the log
+    /// end: the client asks read_uncommitted, so a transaction still open counts), asked on the
+    /// client of its own all together:
     /// one ListOffsets request per leader, waiting at most `wait` (a side asked alone, with its
     /// low watermark too, cost two requests per side).
     fn end_offsets_within(&self, wanted: &[(i32, Side)], wait: Duration) -> EndOffsets {

@@ -49,6 +49,7 @@ impl Host {
         let mut running = Vec::new();
         let state_budget = run.tasks.state_budget();
         let marks = run.marks();
+        let positions = intake.positions();
         for task in run.tasks.map.values_mut() {
             if task.halted().is_some() {
                 continue;
@@ -59,6 +60,8 @@ impl Host {
             task.set_time_budget(ROUND_TASK_TIME);
             task.set_wall_clock(wall_clock);
             task.set_end_offsets(intake.end_offsets_seen(task.partition));
+            let p = task.partition;
+            task.set_positions([Side::Left, Side::Right].map(|s| positions.get(&(p, s)).copied()));
             task.set_backpressured(intake.backpressured(task.partition));
             running.push(task);
         }

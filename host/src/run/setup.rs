@@ -123,7 +123,10 @@ impl Host {
         }
         let spill = spill_dir(&cfg.state.dir())?;
         let workers = self.start_workers(counts[0])?;
+        // Asked read_uncommitted: the log end, past a transaction still open, whose records a
+        // read_committed consumer gets once it commits and a task waits for (join/order.rs).
         let watermarks = client::reader(&cfg.kafka, &cfg.kafka.group_id)
+            .set("isolation.level", "read_uncommitted")
             .create()
             .context(
             "creating the Kafka client that asks end offsets (check [kafka] and [kafka.options])",

@@ -30,6 +30,18 @@ impl PartitionTask {
         self.queue.set_end_offset(Side::Right, end[1]);
     }
 
+    /// The consumer's positions on the left and right partitions, where every record polled of
+    /// them was queued here (see [`TaskQueue::set_position`]).
+    ///
+    /// [`TaskQueue::set_position`]: crate::join::TaskQueue::set_position
+    pub fn set_positions(&mut self, positions: [Option<i64>; 2]) {
+        for (side, position) in [Side::Left, Side::Right].into_iter().zip(positions) {
+            if let Some(position) = position {
+                self.queue.set_position(side, position);
+            }
+        }
+    }
+
     /// Sides (left, right) the task waits to hear the broker's end offset of before it goes on
     /// without them: the consumer's cache says they are caught up, and it may be old.
     pub fn end_offsets_wanted(&self) -> [bool; 2] {

@@ -580,3 +580,78 @@ fn the_idle_wait_is_skipped_only_short_of_the_joins_retention() {
     assert!(q.next(0).is_none());
     assert_eq!(q.end_offsets_wanted(), [true, false]);
 }
+
+#[test]
+fn a_transaction_marker_at_a_sides_end_is_not_waited_for_once_the_position_passed_it() {
+    // Left: a record at offset 0, then a commit marker at 1 (end offset 2).
+    let mut q = TaskQueue::new(100);
+    q.set_replay(Side::Left, 0, None);
+    q.set_replay(Side::Right, 0, None);
+    q.push(Side::Left, ev(0, 0));
+    q.set_end_offset(Side::Left, Some(2));
+    q.set_end_offset(Side::Right, Some(1));
+    q.push(Side::Right, ev(0, 1_000));
+    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    assert!(
+        q.next(5_000).is_none(),
+        "before the position is known the marker looks like a backlog"
+    );
+    // The poll served the marker: the position is past it.
+    q.set_position(Side::Left, 2);
+    assert!(q.next(5_050).is_none(), "max idle first");
+    assert!(q.next(5_100).is_none(), "then the broker is asked");
+    assert_eq!(q.end_offsets_wanted(), [true, false]);
+    q.confirm_end_offset(Side::Left, Some(2));
+    assert_eq!(
+        q.next(5_100).map(|(s, e)| (s, e.offset)),
+        Some((Side::Right, 0))
+    );
+}
+
+#[test]
+fn a_position_behind_the_next_offset_changes_nothing() {
+    let mut q = TaskQueue::new(100);
+    q.set_replay(Side::Left, 0, None);
+    q.set_replay(Side::Right, 0, None);
+    q.push(Side::Left, ev(0, 0));
+    q.push(Side::Left, ev(1, 10));
+    q.push(Side::Right, ev(0, 1_000));
+    // The broker holds offset 2, not fetched: a position of 1 or 2 (an older report, or the
+    // records pushed) must not hide it.
+    q.set_end_offset(Side::Left, Some(3));
+    q.set_end_offset(Side::Right, Some(1));
+    q.set_position(Side::Left, 1);
+    q.set_position(Side::Left, 2);
+    assert_eq!(drain(&mut q, 0), [(Side::Left, 0), (Side::Left, 1)]);
+    assert!(q.next(5_000).is_none());
+    assert!(q.next(29_000).is_none(), "offset 2 is waited for");
+    assert_eq!(q.end_offsets_wanted(), [false, false]);
+}
+
+#[test]
+fn a_read_committed_side_with_an_open_transaction_is_waited_for() {
+    // The consumer reads read_committed: its fetches stop at the last stable offset, the first
+    // record of a transaction still open (offset 1 here), so its cache says caught up. The
+    // broker is asked its log end (kafka/intake.rs asks read_uncommitted): the transaction's
+    // records (1 and 2) are there, and waited for until it commits.
+    let mut q = left_asked_about();
+    q.confirm_end_offset(Side::Left, Some(3));
+    assert!(
+        q.next(5_000).is_none(),
+        "the open transaction is waited for"
+    );
+    // It committed: its records come, the marker (offset 3) after them.
+    q.push(Side::Left, ev(1, 500));
+    q.push(Side::Left, ev(2, 1_500));
+    q.set_position(Side::Left, 4);
+    assert_eq!(
+        drain(&mut q, 5_000),
+        [
+            (Side::Left, 1),
+            (Side::Right, 0),
+            (Side::Right, 1),
+            (Side::Right, 2)
+        ],
+        "in timestamp order: none of the transaction's records is late"
+    );
+}

@@ -72,8 +72,8 @@ impl Intake {
         })
     }
 
-    /// End offsets of the partitions of `tasks` as the broker reports them now (under
-    /// read_committed, the last stable offsets), all asked together: the floors below which the
+    /// End offsets of the partitions of `tasks` as the broker reports them now (the log end,
+    /// asked read_uncommitted: a transaction still open counts), all asked together: the floors below which the
     /// consumer's cached end offsets are stale. 0 for a side not answered within
     /// [`timeouts::REQUEST`] (the first fetch tells).
     pub(super) fn end_offsets_at_start(&mut self, tasks: &[i32]) -> HashMap<i32, [i64; 2]> {

@@ -26,6 +26,28 @@ impl Source {
         crate::kafka::client::cached_watermarks(&self.consumer, topic, p).map(|(_, high)| high)
     }
 
+    /// The consumer's position per partition and side of its assignment: the offset after the
+    /// last record or transaction marker a poll served (librdkafka moves it past markers and
+    /// aborted records, which it never delivers). A partition with no position yet is left out.
+    pub fn positions(&self) -> HashMap<(i32, Side), i64> {
+        let Ok(list) = self.consumer.position() else {
+            return HashMap::new();
+        };
+        list.elements()
+            .iter()
+            .filter_map(|e| {
+                let side = match self.topics.iter().position(|t| &**t == e.topic())? {
+                    0 => Side::Left,
+                    _ => Side::Right,
+                };
+                match e.offset() {
+                    Offset::Offset(at) => Some(((e.partition(), side), at)),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
     /// Records behind the high watermark per task and side, from the cached watermarks and the
     /// consumer's positions.
     pub fn lag(&self, tasks: impl Iterator<Item = i32>) -> HashMap<i32, [Option<i64>; 2]> {
