@@ -139,9 +139,10 @@ impl Intake {
                 break;
             }
             let wait = if polled == 0 { wait } else { Duration::ZERO };
-            let asked = Instant::now();
+            // Timed only when it may wait: a clock read per record was 3 % of cojoin-noop's CPU.
+            let asked = (!wait.is_zero()).then(Instant::now);
             let polled_one = self.source.poll(wait);
-            if !wait.is_zero() {
+            if let Some(asked) = asked {
                 waited = asked.elapsed();
             }
             let record = match polled_one {
