@@ -5,12 +5,12 @@
 //! Each run: 100 orders/s (COJOIN_LATENCY_RATE) in real event time (three in four paid two
 //! orders' spacing later, 20 ms at 100/s, in the same send), 6 partitions, one instance of the
 //! system (cojoin: COJOIN_LATENCY_HOSTS hosts in one group, default 1; the peers always one)
-//! reading `orders` and `payments` and writing the paid orders to `orders-paid`; a `read_committed` reader times each paid order from sending its
-//! payment to reading its output. A warm-up first: the stream flows from the start, and timing
-//! begins 5 s per instance after the system's first output (JIT, group join, state set-up, the
-//! group's rebalances as the hosts join), then lasts
-//! COJOIN_LATENCY_SECS. The same reader times the payments themselves: the floor (the test
-//! producer, the broker, a fetch) that every figure includes.
+//! reading `orders` and `payments` and writing the paid orders to `orders-paid`; a
+//! `read_committed` reader times each paid order from sending its payment to reading its output.
+//! A warm-up first: the stream flows from the start, and timing begins 5 s per instance after the
+//! system's first output (JIT, group join, state set-up, the group's rebalances as the hosts
+//! join), then lasts COJOIN_LATENCY_SECS. The same reader times the payments themselves: the
+//! floor (the test producer, the broker, a fetch) that every figure includes.
 //!
 //! Systems (COJOIN_LATENCY_SYSTEMS, comma-separated, default all), each at-least-once and
 //! exactly-once (`-eos`):
@@ -31,6 +31,10 @@
 //! with COJOIN_LATENCY_TRANSACTIONAL=1 it writes each 10 ms tick's records in a transaction of
 //! its own, as an exactly-once upstream would (the topics then hold a commit marker after each).
 
+#[allow(dead_code)]
+#[path = "../tests/kafka_scale/paced.rs"]
+mod paced;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -39,8 +43,9 @@ use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::hosts::{join_config_for, HostProcess};
 use cojoin_e2e::outputs::Outputs;
 use cojoin_e2e::scenario::{join_broker, order_outputs, run_dir, PARTITIONS};
-use cojoin_e2e::stream::{self, Record};
+use cojoin_e2e::stream::Record;
 use cojoin_e2e::{java_peer, plugin};
+use paced::order_at;
 use rdkafka::producer::Producer as _;
 
 /// What the systems join: cojoin's test config (tests/hosts.rs) has a 10 s window, no grace.
@@ -65,17 +70,6 @@ struct Load {
     hosts: u32,
     /// Each tick's records in a transaction of their own.
     transactional: bool,
-}
-
-/// Order i and its payment (unless i % 4 == 0) at `rate` orders per second in real event time:
-/// stamped i × 1000 / `rate` ms, the payment two orders' spacing later.
-fn order(i: u32, rate: u32) -> Vec<Record> {
-    let mut records = stream::orders(i, i + 1);
-    for r in &mut records {
-        // stream::orders spaces orders 1 s apart and pays 2 s later: scale both down.
-        r.timestamp = stream::BASE_TS + (r.timestamp - stream::BASE_TS) / i64::from(rate);
-    }
-    records
 }
 
 /// A system under test: its kind and guarantee.
@@ -259,7 +253,10 @@ fn run(system: System, round: u64, secs: u64, load: Load) -> Run {
                 .filter(|i| (i % PARTITIONS as u32) as i32 == p)
                 .collect();
             let sent = Instant::now();
-            let records: Vec<Record> = orders.iter().flat_map(|&i| order(i, load.rate)).collect();
+            let records: Vec<Record> = orders
+                .iter()
+                .flat_map(|&i| order_at(i, load.rate))
+                .collect();
             Kafka::produce_with(&producer, &records, Some(p));
             if timing.is_some() {
                 for i in orders.into_iter().filter(|i| i % 4 != 0) {

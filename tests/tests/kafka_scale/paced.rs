@@ -21,10 +21,16 @@ pub(crate) const SPACING_MS: i64 = 1000 / RATE as i64;
 /// Order i and its payment (unless i % 4 == 0), stamped i × [`SPACING_MS`] (the payment 20 ms
 /// later).
 pub(crate) fn order(i: u32) -> Vec<Record> {
+    order_at(i, RATE)
+}
+
+/// Order i and its payment (unless i % 4 == 0) at `rate` orders per second in real event time:
+/// stamped i × 1000 / `rate` ms, the payment two orders' spacing later.
+pub(crate) fn order_at(i: u32, rate: u32) -> Vec<Record> {
     let mut records = stream::orders(i, i + 1);
     for r in &mut records {
         // stream::orders spaces orders 1 s apart and pays 2 s later: scale both down.
-        r.timestamp = stream::BASE_TS + (r.timestamp - stream::BASE_TS) * SPACING_MS / 1000;
+        r.timestamp = stream::BASE_TS + (r.timestamp - stream::BASE_TS) / i64::from(rate);
     }
     records
 }
