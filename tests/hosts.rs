@@ -103,7 +103,11 @@ impl HostProcess {
                 "COJOIN_CACHE_DIR",
                 crate::root().join("target/e2e-plugin-cache"),
             )
-            .env("COJOIN_LOG", "info")
+            // COJOIN_E2E_LOG: a finer filter for a diagnosis, e.g. "info,cojoin::report=debug".
+            .env(
+                "COJOIN_LOG",
+                std::env::var("COJOIN_E2E_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)

@@ -9,7 +9,7 @@
 //! derived from it) fences its predecessor when it starts.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::ConsumerGroupMetadata;
@@ -21,6 +21,15 @@ use super::timeouts::COORDINATED as TIMEOUT;
 /// A transactional call waits on the broker in steps this long, the consumer polled between them
 /// (librdkafka leaves the group when it is not polled for `max.poll.interval.ms`).
 const STEP: Duration = Duration::from_millis(500);
+
+/// How long after a commit (or abort) the next transaction's first output waits. The broker's
+/// coordinator answers the commit once it has decided it, then writes its markers; asked to add
+/// a partition to the next transaction before they are written it answers
+/// CONCURRENT_TRANSACTIONS, and librdkafka 2.12 asks again only after a fixed 20 ms
+/// (rdkafka_txnmgr.c), which the round waits out for its outputs' acknowledgements. At 100
+/// orders/s (`make bench-latency`) that was every transaction's first output: the records that
+/// arrive during a commit are handled right after it. On the test broker the markers take 1-3 ms.
+const MARKERS_SETTLE: Duration = Duration::from_millis(4);
 
 /// What the run loop does while it waits on the broker: polls the consumer (kafka/intake/ahead.rs).
 pub type KeepAlive<'a> = &'a mut dyn FnMut();
@@ -70,6 +79,8 @@ pub struct Transactions<C: ProducerContext + 'static> {
     /// The run loop is in a call that polls the consumer while it waits (a delivery, a commit):
     /// a revoke callback run by such a poll must leave the transaction to that call.
     waiting: AtomicBool,
+    /// When the last transaction ended (its markers being written): see [`MARKERS_SETTLE`].
+    ended: Mutex<Option<Instant>>,
 }
 
 /// Clears [`Transactions::waiting`] when the call that set it ends.
@@ -89,6 +100,7 @@ impl<C: ProducerContext + 'static> Transactions<C> {
             producer: RwLock::new(producer),
             open: AtomicBool::new(false),
             waiting: AtomicBool::new(false),
+            ended: Mutex::new(None),
         })
     }
 
@@ -132,6 +144,11 @@ impl<C: ProducerContext + 'static> Transactions<C> {
     /// Opens a transaction unless one is open; outputs are produced in it.
     pub fn ensure_open(&self) -> KafkaResult<()> {
         if !self.open.load(Ordering::Acquire) {
+            let ended = *self.ended.lock().unwrap_or_else(|e| e.into_inner());
+            let settle = ended.map_or(Duration::ZERO, |t| settle_left(t.elapsed()));
+            if !settle.is_zero() {
+                std::thread::sleep(settle);
+            }
             self.producer().begin_transaction()?;
             self.open.store(true, Ordering::Release);
         }
@@ -165,7 +182,7 @@ impl<C: ProducerContext + 'static> Transactions<C> {
             sent.and_then(|()| in_steps(keep_alive, |step| producer.commit_transaction(step)));
         match result {
             Ok(()) => {
-                self.open.store(false, Ordering::Release);
+                self.ended();
                 Outcome::Committed {
                     took: started.elapsed(),
                 }
@@ -182,11 +199,17 @@ impl<C: ProducerContext + 'static> Transactions<C> {
         let producer = self.producer();
         match in_steps(keep_alive, |step| producer.abort_transaction(step)) {
             Ok(()) => {
-                self.open.store(false, Ordering::Release);
+                self.ended();
                 Outcome::Aborted(why.to_owned())
             }
             Err(e) => Outcome::Fatal(format!("aborting a transaction ({why}) failed: {e}")),
         }
+    }
+
+    /// The open transaction was committed or aborted just now.
+    fn ended(&self) {
+        self.open.store(false, Ordering::Release);
+        *self.ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     }
 
     fn failed(&self, e: KafkaError, keep_alive: KeepAlive<'_>) -> Outcome {
@@ -201,6 +224,11 @@ impl<C: ProducerContext + 'static> Transactions<C> {
             keep_alive,
         )
     }
+}
+
+/// How much longer a transaction begun `since` the last one ended waits: [`MARKERS_SETTLE`].
+fn settle_left(since: Duration) -> Duration {
+    MARKERS_SETTLE.saturating_sub(since)
 }
 
 /// Whether `e` leaves the transactional producer unable to go on (fenced, or failed for good).
@@ -245,5 +273,16 @@ mod tests {
             a.starts_with(&format!("cojoin-g-{}-", std::process::id())),
             "{a}"
         );
+    }
+
+    #[test]
+    fn a_transaction_begun_right_after_the_last_waits_for_its_markers_only_that_long() {
+        assert_eq!(settle_left(Duration::ZERO), MARKERS_SETTLE);
+        assert_eq!(
+            settle_left(Duration::from_millis(1)),
+            MARKERS_SETTLE - Duration::from_millis(1)
+        );
+        assert_eq!(settle_left(MARKERS_SETTLE), Duration::ZERO);
+        assert_eq!(settle_left(Duration::from_secs(1)), Duration::ZERO);
     }
 }
