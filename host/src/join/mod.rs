@@ -4,9 +4,11 @@
 //! a cache the state can always be rebuilt without.
 //!
 //! - [`state`]: `JoinState`, one task's buffered events per key, stream time, matches and expiries.
+//! - [`multi`]: `MultiJoinState`, the N-way join's semantics (issue 32; not yet run by tasks).
 //! - [`order`]: `TaskQueue`, which of the task's two partitions to take the next record from.
 //! - [`offsets`]: `CommitPoint` and `ReplayBounds`: what to commit, and what to suppress on replay.
 
+pub mod multi;
 pub mod offsets;
 pub mod order;
 pub mod state;
