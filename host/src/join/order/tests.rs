@@ -57,12 +57,9 @@ fn a_side_paused_for_backpressure_is_waited_for_however_long_it_takes() {
     q.push(Side::Left, ev(0, 10));
     q.push(Side::Right, ev(0, 20));
     q.set_paused(Side::Right, true);
-    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    assert_eq!(q.next(0).map(side_offset), Some((Side::Left, 0)));
     q.push(Side::Left, ev(1, 30));
-    assert_eq!(
-        q.next(0).map(|(s, e)| (s, e.offset)),
-        Some((Side::Right, 0))
-    );
+    assert_eq!(q.next(0).map(side_offset), Some((Side::Right, 0)));
     // The right side ran dry while paused: its next records are on the broker.
     assert!(q.next(0).is_none());
     assert!(
@@ -118,16 +115,14 @@ fn once_an_empty_side_was_waited_for_the_other_side_runs_on_without_waiting_per_
 
 /// A task whose left side the consumer's cache says is caught up (end 1 after offset 0).
 fn left_caught_up_by_the_cache() -> TaskQueue {
-    let mut q = TaskQueue::new(100);
-    q.set_replay(Side::Left, 0, None);
-    q.set_replay(Side::Right, 0, None);
+    let mut q = live(100);
     q.push(Side::Left, ev(0, 0));
     q.set_end_offset(Side::Left, Some(1));
     q.set_end_offset(Side::Right, Some(3));
     for offset in 0..3 {
         q.push(Side::Right, ev(offset, 1000 + offset));
     }
-    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    assert_eq!(q.next(0).map(side_offset), Some((Side::Left, 0)));
     q
 }
 
@@ -168,7 +163,7 @@ fn a_side_the_cache_calls_caught_up_is_not_gone_past_before_the_broker_says_so()
         ]
     );
     assert_eq!(
-        q.next(5_000).map(|(s, e)| (s, e.offset)),
+        q.next(5_000).map(side_offset),
         None,
         "the left record waits for the right side"
     );
@@ -186,10 +181,7 @@ fn a_side_the_broker_says_is_caught_up_is_gone_past_with_what_was_queued_by_then
     assert!(q.next(100).is_none());
     assert_eq!(q.end_offsets_wanted(), [true, false]);
     q.confirm_end_offset(Side::Left, Some(1));
-    assert_eq!(
-        q.next(100).map(|(s, e)| (s, e.offset)),
-        Some((Side::Right, 3))
-    );
+    assert_eq!(q.next(100).map(side_offset), Some((Side::Right, 3)));
     assert!(q.next(100).is_none(), "both sides empty");
     // A new wait (both sides emptied, then a lone record) waits max idle, then asks again.
     q.push(Side::Right, ev(4, 2000));
@@ -246,10 +238,7 @@ fn an_offline_replay_asks_no_broker() {
     let mut q = TaskQueue::new(100);
     q.push(Side::Right, ev(0, 0));
     assert!(q.next(0).is_none());
-    assert_eq!(
-        q.next(100).map(|(s, e)| (s, e.offset)),
-        Some((Side::Right, 0))
-    );
+    assert_eq!(q.next(100).map(side_offset), Some((Side::Right, 0)));
     assert_eq!(q.end_offsets_wanted(), [false, false]);
 }
 
@@ -267,8 +256,20 @@ fn ev(offset: i64, ts: i64) -> Event {
 
 fn drain(q: &mut TaskQueue, now: i64) -> Vec<(Side, i64)> {
     std::iter::from_fn(|| q.next(now))
-        .map(|(s, e)| (s, e.offset))
+        .map(side_offset)
         .collect()
+}
+
+fn side_offset((side, event): (Side, Event)) -> (Side, i64) {
+    (side, event.offset)
+}
+
+/// A live task's queue (no replay on either side) idling at most `max_idle_ms`.
+fn live(max_idle_ms: i64) -> TaskQueue {
+    let mut q = TaskQueue::new(max_idle_ms);
+    q.set_replay(Side::Left, 0, None);
+    q.set_replay(Side::Right, 0, None);
+    q
 }
 
 #[test]
@@ -278,26 +279,18 @@ fn takes_the_older_record_while_both_sides_have_data() {
     q.push(Side::Left, ev(1, 30));
     q.push(Side::Right, ev(0, 20));
     q.push(Side::Right, ev(1, 40));
-    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
-    assert_eq!(
-        q.next(0).map(|(s, e)| (s, e.offset)),
-        Some((Side::Right, 0))
-    );
-    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 1)));
+    assert_eq!(q.next(0).map(side_offset), Some((Side::Left, 0)));
+    assert_eq!(q.next(0).map(side_offset), Some((Side::Right, 0)));
+    assert_eq!(q.next(0).map(side_offset), Some((Side::Left, 1)));
     // Right alone now: waits for the left side up to max idle.
     assert!(q.next(0).is_none());
     assert!(q.next(99).is_none());
-    assert_eq!(
-        q.next(100).map(|(s, e)| (s, e.offset)),
-        Some((Side::Right, 1))
-    );
+    assert_eq!(q.next(100).map(side_offset), Some((Side::Right, 1)));
 }
 
 #[test]
 fn an_empty_side_with_records_on_the_broker_is_waited_for_beyond_max_idle() {
-    let mut q = TaskQueue::new(100);
-    q.set_replay(Side::Left, 0, None);
-    q.set_replay(Side::Right, 0, None);
+    let mut q = live(100);
     q.push(Side::Left, ev(0, 5_000));
     // The right partition holds offsets 0..3 on the broker, none fetched yet.
     q.set_end_offset(Side::Right, Some(3));
@@ -307,10 +300,7 @@ fn an_empty_side_with_records_on_the_broker_is_waited_for_beyond_max_idle() {
         "max idle must not apply to a known backlog"
     );
     q.push(Side::Right, ev(0, 1_000));
-    assert_eq!(
-        q.next(5_001).map(|(s, e)| (s, e.offset)),
-        Some((Side::Right, 0))
-    );
+    assert_eq!(q.next(5_001).map(side_offset), Some((Side::Right, 0)));
     // Offsets 1 and 2 are awaited.
     assert!(q.next(5_102).is_none());
     q.push(Side::Right, ev(1, 1_100));
@@ -322,10 +312,7 @@ fn an_empty_side_with_records_on_the_broker_is_waited_for_beyond_max_idle() {
     assert!(q.next(5_203).is_none());
     assert_eq!(q.end_offsets_wanted(), [false, true]);
     q.confirm_end_offset(Side::Right, Some(3));
-    assert_eq!(
-        q.next(5_203).map(|(s, e)| (s, e.offset)),
-        Some((Side::Left, 0))
-    );
+    assert_eq!(q.next(5_203).map(side_offset), Some((Side::Left, 0)));
 }
 
 #[test]
@@ -345,9 +332,7 @@ fn a_side_whose_last_offset_was_i64_max_has_no_backlog_at_that_end() {
 
 #[test]
 fn an_empty_side_never_fetched_is_waited_for_until_its_end_offset_is_known() {
-    let mut q = TaskQueue::new(100);
-    q.set_replay(Side::Left, 0, None);
-    q.set_replay(Side::Right, 0, None);
+    let mut q = live(100);
     q.push(Side::Left, ev(0, 5_000));
     q.set_end_offset(Side::Right, None);
     assert!(q.next(1_000).is_none());
@@ -360,17 +345,12 @@ fn an_empty_side_never_fetched_is_waited_for_until_its_end_offset_is_known() {
     q.set_end_offset(Side::Right, Some(0));
     assert!(q.next(5_000).is_none());
     q.confirm_end_offset(Side::Right, Some(0));
-    assert_eq!(
-        q.next(5_000).map(|(s, e)| (s, e.offset)),
-        Some((Side::Left, 0))
-    );
+    assert_eq!(q.next(5_000).map(side_offset), Some((Side::Left, 0)));
 }
 
 #[test]
 fn a_cached_end_offset_older_than_the_assignment_is_not_trusted() {
-    let mut q = TaskQueue::new(100);
-    q.set_replay(Side::Left, 0, None);
-    q.set_replay(Side::Right, 0, None);
+    let mut q = live(100);
     q.push(Side::Left, ev(0, 5_000));
     // At assignment the broker said 2; the consumer's cache still says 0 from before.
     q.set_end_offset_floor(Side::Right, 2);
@@ -387,17 +367,12 @@ fn a_cached_end_offset_older_than_the_assignment_is_not_trusted() {
     assert_eq!(drain(&mut q, 5_001).len(), 2);
     assert!(q.next(5_101).is_none());
     q.confirm_end_offset(Side::Right, Some(2));
-    assert_eq!(
-        q.next(5_101).map(|(s, e)| (s, e.offset)),
-        Some((Side::Left, 0))
-    );
+    assert_eq!(q.next(5_101).map(side_offset), Some((Side::Left, 0)));
 }
 
 #[test]
 fn a_backlog_that_never_arrives_is_waited_for_only_once() {
-    let mut q = TaskQueue::new(100);
-    q.set_replay(Side::Left, 0, None);
-    q.set_replay(Side::Right, 0, None);
+    let mut q = live(100);
     q.push(Side::Left, ev(0, 10));
     q.push(Side::Left, ev(1, 20));
     // A transaction marker at offset 0: the end offset says 1, no record will come.
@@ -412,7 +387,7 @@ fn a_backlog_that_never_arrives_is_waited_for_only_once() {
     q.push(Side::Right, ev(1, 25));
     q.set_end_offset(Side::Right, Some(5));
     assert_eq!(
-        q.next(BACKLOG_WAIT_MS).map(|(s, e)| (s, e.offset)),
+        q.next(BACKLOG_WAIT_MS).map(side_offset),
         Some((Side::Right, 1))
     );
     assert!(
@@ -491,14 +466,12 @@ fn the_time_records_waited_for_a_side_is_counted_when_each_wait_ends() {
 /// A task whose left side is caught up by the cache (its latest record, offset 0, stamped 1000)
 /// and whose right side then has one record stamped `right_ts`.
 fn left_caught_up_then_right_at(right_ts: i64) -> TaskQueue {
-    let mut q = TaskQueue::new(100);
-    q.set_replay(Side::Left, 0, None);
-    q.set_replay(Side::Right, 0, None);
+    let mut q = live(100);
     q.push(Side::Left, ev(0, 1000));
     q.push(Side::Right, ev(0, right_ts));
     q.set_end_offset(Side::Left, Some(1));
     q.set_end_offset(Side::Right, Some(1));
-    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    assert_eq!(q.next(0).map(side_offset), Some((Side::Left, 0)));
     q
 }
 
@@ -510,10 +483,7 @@ fn a_record_within_max_idle_of_a_caught_up_sides_latest_goes_once_the_broker_say
     assert!(q.next(0).is_none());
     assert_eq!(q.end_offsets_wanted(), [true, false], "asked at once");
     q.confirm_end_offset(Side::Left, Some(1));
-    assert_eq!(
-        q.next(0).map(|(s, e)| (s, e.offset)),
-        Some((Side::Right, 0))
-    );
+    assert_eq!(q.next(0).map(side_offset), Some((Side::Right, 0)));
     // At max_idle after it, exactly, too.
     let mut q = left_caught_up_then_right_at(1100);
     assert!(q.next(0).is_none());
@@ -528,10 +498,7 @@ fn a_record_within_max_idle_still_waits_for_records_the_broker_holds() {
     q.confirm_end_offset(Side::Left, Some(2));
     assert!(q.next(5_000).is_none(), "a backlog is waited for");
     q.push(Side::Left, ev(1, 1020));
-    assert_eq!(
-        q.next(5_000).map(|(s, e)| (s, e.offset)),
-        Some((Side::Left, 1))
-    );
+    assert_eq!(q.next(5_000).map(side_offset), Some((Side::Left, 1)));
 }
 
 #[test]
@@ -554,9 +521,7 @@ fn a_record_further_ahead_than_max_idle_of_the_empty_sides_latest_waits_max_idle
 
 #[test]
 fn a_side_no_record_came_from_yet_is_waited_for_max_idle() {
-    let mut q = TaskQueue::new(100);
-    q.set_replay(Side::Left, 0, None);
-    q.set_replay(Side::Right, 0, None);
+    let mut q = live(100);
     q.set_end_offset(Side::Left, Some(0));
     q.set_end_offset(Side::Right, Some(1));
     q.push(Side::Right, ev(0, 1000));
@@ -584,14 +549,12 @@ fn the_idle_wait_is_skipped_only_short_of_the_joins_retention() {
 #[test]
 fn a_transaction_marker_at_a_sides_end_is_not_waited_for_once_the_position_passed_it() {
     // Left: a record at offset 0, then a commit marker at 1 (end offset 2).
-    let mut q = TaskQueue::new(100);
-    q.set_replay(Side::Left, 0, None);
-    q.set_replay(Side::Right, 0, None);
+    let mut q = live(100);
     q.push(Side::Left, ev(0, 0));
     q.set_end_offset(Side::Left, Some(2));
     q.set_end_offset(Side::Right, Some(1));
     q.push(Side::Right, ev(0, 1_000));
-    assert_eq!(q.next(0).map(|(s, e)| (s, e.offset)), Some((Side::Left, 0)));
+    assert_eq!(q.next(0).map(side_offset), Some((Side::Left, 0)));
     assert!(
         q.next(5_000).is_none(),
         "before the position is known the marker looks like a backlog"
@@ -602,17 +565,12 @@ fn a_transaction_marker_at_a_sides_end_is_not_waited_for_once_the_position_passe
     assert!(q.next(5_100).is_none(), "then the broker is asked");
     assert_eq!(q.end_offsets_wanted(), [true, false]);
     q.confirm_end_offset(Side::Left, Some(2));
-    assert_eq!(
-        q.next(5_100).map(|(s, e)| (s, e.offset)),
-        Some((Side::Right, 0))
-    );
+    assert_eq!(q.next(5_100).map(side_offset), Some((Side::Right, 0)));
 }
 
 #[test]
 fn a_position_behind_the_next_offset_changes_nothing() {
-    let mut q = TaskQueue::new(100);
-    q.set_replay(Side::Left, 0, None);
-    q.set_replay(Side::Right, 0, None);
+    let mut q = live(100);
     q.push(Side::Left, ev(0, 0));
     q.push(Side::Left, ev(1, 10));
     q.push(Side::Right, ev(0, 1_000));
