@@ -47,8 +47,7 @@ impl Cadence {
         }
     }
 
-    /// A lap of the loop took `took`, `waited` of it in a poll (or the broker's end offsets)
-    /// waiting for records.
+    /// A lap of the loop took `took`, `waited` of it in a poll waiting for records.
     pub fn pass(&mut self, took: Duration, waited: Duration) {
         self.since += took;
         self.caught_up = waited >= CAUGHT_UP;

@@ -145,7 +145,6 @@ impl Host {
             lags: HashMap::new(),
             queue_bytes: cfg.memory.queue_bytes,
             renewals: 0,
-            asked: std::time::Duration::ZERO,
         };
         Ok(Started {
             repartitioner,
