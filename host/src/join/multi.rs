@@ -121,19 +121,15 @@ impl MultiJoinState {
     pub fn insert(&mut self, topic: usize, event: Event, out: &mut Vec<MultiOutcome>) {
         assert!(topic < self.topics, "topic {topic} of {}", self.topics);
         let ts = event.timestamp;
-        let retention = self.window.window_ms.saturating_add(self.window.grace_ms);
-        if let Some(st) = self.stream_time {
-            if ts < st.saturating_sub(retention) {
-                out.push(MultiOutcome::Late {
-                    topic,
-                    event: Arc::new(event),
-                });
-                return;
-            }
+        if self.window.is_late(ts, self.stream_time) {
+            out.push(MultiOutcome::Late {
+                topic,
+                event: Arc::new(event),
+            });
+            return;
         }
         self.stream_time = Some(self.stream_time.map_or(ts, |st| st.max(ts)));
-        let window = u64::try_from(self.window.window_ms).ok();
-        let within = |a: i64, b: i64| window.is_some_and(|w| a.abs_diff(b) <= w);
+        let window = self.window;
         let event = Arc::new(event);
         let arrival = self.arrivals;
         self.arrivals += 1;
@@ -148,7 +144,7 @@ impl MultiJoinState {
                 false => lists[t]
                     .iter()
                     .copied()
-                    .filter(|a| within(self.held[a].event.timestamp, ts))
+                    .filter(|a| window.within(self.held[a].event.timestamp, ts))
                     .collect(),
             })
             .collect();
@@ -162,7 +158,7 @@ impl MultiJoinState {
             } else {
                 for a in &lists[0] {
                     let first = self.held.get_mut(a).expect("a listed event is held");
-                    if !first.matched && within(first.event.timestamp, ts) {
+                    if !first.matched && window.within(first.event.timestamp, ts) {
                         first.partners[topic - 1].push(event.clone());
                     }
                 }
@@ -179,10 +175,10 @@ impl MultiJoinState {
             },
         );
         self.closing
-            .push(Reverse((ts.saturating_add(retention), arrival)));
+            .push(Reverse((ts.saturating_add(window.retention()), arrival)));
         if candidates.iter().all(|c| !c.is_empty()) {
             let mut chosen = Vec::with_capacity(self.topics);
-            self.matches(&candidates, &mut chosen, window, out);
+            self.matches(&candidates, &mut chosen, out);
         }
         self.expire(out);
     }
@@ -193,7 +189,6 @@ impl MultiJoinState {
         &mut self,
         candidates: &[Vec<u64>],
         chosen: &mut Vec<u64>,
-        window: Option<u64>,
         out: &mut Vec<MultiOutcome>,
     ) {
         let t = chosen.len();
@@ -212,10 +207,10 @@ impl MultiJoinState {
             let ts = self.held[&a].event.timestamp;
             let fits = chosen
                 .iter()
-                .all(|c| window.is_some_and(|w| self.held[c].event.timestamp.abs_diff(ts) <= w));
+                .all(|c| self.window.within(self.held[c].event.timestamp, ts));
             if fits {
                 chosen.push(a);
-                self.matches(candidates, chosen, window, out);
+                self.matches(candidates, chosen, out);
                 chosen.pop();
             }
         }

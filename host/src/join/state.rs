@@ -31,8 +31,21 @@ pub struct JoinWindow {
 }
 
 impl JoinWindow {
-    fn retention(&self) -> i64 {
+    /// How long past its timestamp an event is held: its window, then its grace.
+    pub(super) fn retention(&self) -> i64 {
         self.window_ms.saturating_add(self.grace_ms)
+    }
+
+    /// Whether an event stamped `ts` is late at `stream_time`: its window and grace have passed.
+    pub(super) fn is_late(&self, ts: i64, stream_time: Option<i64>) -> bool {
+        stream_time.is_some_and(|st| ts < st.saturating_sub(self.retention()))
+    }
+
+    /// Whether events stamped `a` and `b` are within the window of each other. The distance as
+    /// a u64: timestamps come from the input, and `a - b` of two far apart (i64::MIN and
+    /// i64::MAX) overflowed, wrapping in release to a small one that matched.
+    pub(super) fn within(&self, a: i64, b: i64) -> bool {
+        u64::try_from(self.window_ms).is_ok_and(|w| a.abs_diff(b) <= w)
     }
 }
 
@@ -196,20 +209,16 @@ impl JoinState {
     /// the expiries its timestamp brings about. A late event is reported and not held.
     pub fn insert(&mut self, side: Side, event: Event, out: &mut Vec<JoinOutcome>) {
         let ts = event.timestamp;
-        if let Some(st) = self.stream_time {
-            if ts < st.saturating_sub(self.window.retention()) {
-                out.push(JoinOutcome::Late {
-                    side,
-                    event: Arc::new(event),
-                });
-                return;
-            }
+        if self.window.is_late(ts, self.stream_time) {
+            out.push(JoinOutcome::Late {
+                side,
+                event: Arc::new(event),
+            });
+            return;
         }
         self.stream_time = Some(self.stream_time.map_or(ts, |st| st.max(ts)));
 
-        // The distance as a u64: timestamps come from the input, and `a - b` of two far apart
-        // (i64::MIN and i64::MAX) overflowed, wrapping in release to a small one that matched.
-        let window = u64::try_from(self.window.window_ms).ok();
+        let window = self.window;
         let Self {
             store,
             keys,
@@ -250,7 +259,7 @@ impl JoinState {
         let mut h = head;
         while h != NO_HANDLE {
             let held = store.head(h);
-            if held.side != side && window.is_some_and(|w| held.timestamp.abs_diff(ts) <= w) {
+            if held.side != side && window.within(held.timestamp, ts) {
                 store.set_partner_offset(h, &held, event.offset);
                 partner_offset = partner_offset.max(held.offset);
                 partners.push(h);
