@@ -59,7 +59,7 @@ fn join_state(c: &mut Criterion) {
                 || lefts(value_bytes),
                 |events| {
                     let mut state = JoinState::new(HOLD_ALL, JoinKind::Inner);
-                    insert_all(&mut state, Side::Left, events);
+                    insert_all(&mut state, Side::LEFT, events);
                     state
                 },
                 BatchSize::PerIteration,
@@ -70,14 +70,14 @@ fn join_state(c: &mut Criterion) {
             b.iter_batched(
                 || {
                     let mut state = JoinState::new(HOLD_ALL, JoinKind::Inner);
-                    insert_all(&mut state, Side::Left, lefts(value_bytes));
+                    insert_all(&mut state, Side::LEFT, lefts(value_bytes));
                     let rights: Vec<Event> = (0..EVENTS)
                         .map(|i| event("payments", i as u64, i, BASE_TS + i * 10 + 5, value_bytes))
                         .collect();
                     (state, rights)
                 },
                 |(mut state, rights)| {
-                    let matches = insert_all(&mut state, Side::Right, rights);
+                    let matches = insert_all(&mut state, Side::RIGHT, rights);
                     assert_eq!(matches, EVENTS as usize);
                     state
                 },
@@ -107,11 +107,11 @@ fn join_state(c: &mut Criterion) {
                                 )
                             })
                             .collect();
-                        insert_all(&mut state, Side::Left, warm);
+                        insert_all(&mut state, Side::LEFT, warm);
                         (state, lefts(value_bytes))
                     },
                     |(mut state, events)| {
-                        let outcomes = insert_all(&mut state, Side::Left, events);
+                        let outcomes = insert_all(&mut state, Side::LEFT, events);
                         assert!(outcomes > 0);
                         state
                     },
@@ -133,15 +133,15 @@ fn task_queue(c: &mut Criterion) {
                 let mut events = Vec::with_capacity(2 * EVENTS as usize);
                 for i in 0..EVENTS {
                     let ts = BASE_TS + i * 10;
-                    events.push((Side::Left, event("orders", i as u64, i, ts, 100)));
-                    events.push((Side::Right, event("payments", i as u64, i, ts + 5, 100)));
+                    events.push((Side::LEFT, event("orders", i as u64, i, ts, 100)));
+                    events.push((Side::RIGHT, event("payments", i as u64, i, ts + 5, 100)));
                 }
                 events
             },
             |events| {
                 let mut queue = TaskQueue::new(0);
-                queue.set_replay(Side::Left, 0, None);
-                queue.set_replay(Side::Right, 0, None);
+                queue.set_replay(Side::LEFT, 0, None);
+                queue.set_replay(Side::RIGHT, 0, None);
                 let mut taken = 0;
                 // Pushed in chunks as a consumer round would, then drained in timestamp order.
                 let mut events = events.into_iter().peekable();

@@ -86,10 +86,10 @@ fn measure(held_events: i64, value_bytes: usize, share_keys: bool, shuffle: bool
     let mut state = JoinState::new(window, JoinKind::Inner);
     for i in 0..held_events {
         // Built as the consumer builds them (`kafka::source::event_of`): exact-size payloads.
-        let side = if i % 2 == 0 { Side::Left } else { Side::Right };
+        let side = if i % 2 == 0 { Side::LEFT } else { Side::RIGHT };
         let k = if share_keys { i / 2 } else { i };
         let e = Event {
-            topic: topics[side as usize].clone(),
+            topic: topics[side.index()].clone(),
             partition: 0,
             offset: i,
             timestamp: 1_700_000_000_000 + i - if shuffle && i % 2 == 1 { 1_000 } else { 0 },

@@ -86,7 +86,7 @@ fn run(mode: &str, events: i64) {
     }
     let topics: [std::sync::Arc<str>; 2] = ["orders".into(), "payments".into()];
     let event = |side: Side, key: i64, offset: i64, ts: i64| Event {
-        topic: topics[side as usize].clone(),
+        topic: topics[side.index()].clone(),
         partition: 0,
         offset,
         timestamp: BASE_TS + ts,
@@ -113,15 +113,15 @@ fn run(mode: &str, events: i64) {
     let mut offsets = [0i64; 2];
     for t in 0..pairs + window_ms {
         if t < pairs {
-            insert(&mut state, Side::Left, event(Side::Left, t, offsets[0], t));
+            insert(&mut state, Side::LEFT, event(Side::LEFT, t, offsets[0], t));
             offsets[0] += 1;
         }
         let k = t - window_ms;
         if k >= 0 && k % 10 != 9 {
             insert(
                 &mut state,
-                Side::Right,
-                event(Side::Right, k, offsets[1], t),
+                Side::RIGHT,
+                event(Side::RIGHT, k, offsets[1], t),
             );
             offsets[1] += 1;
         }
@@ -136,8 +136,8 @@ fn run(mode: &str, events: i64) {
     // Far past the window: everything left expires.
     insert(
         &mut state,
-        Side::Right,
-        event(Side::Right, -1, offsets[1], 1 << 40),
+        Side::RIGHT,
+        event(Side::RIGHT, -1, offsets[1], 1 << 40),
     );
     let stats = state.store_stats();
     let mib = |b: usize| b as f64 / (1 << 20) as f64;

@@ -5,26 +5,54 @@
 
 use std::sync::Arc;
 
-/// Which side of the join an event belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Side {
-    Left,
-    Right,
-}
+/// Which topic of the join an event belongs to: its place in `join.topics`, 0 the first (the
+/// left of a two-topic join), at most [`MAX_TOPICS`] − 1. A number, not an enum, so that the
+/// queues, the state and the commit points of a task serve any number of topics alike; a
+/// two-topic join names its sides [`Side::LEFT`] and [`Side::RIGHT`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Side(u8);
+
+/// The most topics one join takes.
+pub const MAX_TOPICS: usize = 8;
 
 impl Side {
-    /// 0 for the left side, 1 for the right: where a side's entry sits in a pair.
-    pub fn index(self) -> usize {
-        match self {
-            Side::Left => 0,
-            Side::Right => 1,
-        }
+    pub const LEFT: Side = Side(0);
+    pub const RIGHT: Side = Side(1);
+
+    /// The `index`th topic of a join.
+    pub fn of(index: usize) -> Side {
+        assert!(
+            index < MAX_TOPICS,
+            "a join takes at most {MAX_TOPICS} topics"
+        );
+        Side(index as u8)
     }
 
+    /// The sides of a join of `topics` topics, in order.
+    pub fn all(topics: usize) -> impl Iterator<Item = Side> + Clone {
+        (0..topics).map(Side::of)
+    }
+
+    /// The topic's place in the join: 0 for the first (left), 1 for the second (right), ….
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+
+    /// The other side of a two-topic join.
     pub fn opposite(self) -> Side {
-        match self {
-            Side::Left => Side::Right,
-            Side::Right => Side::Left,
+        debug_assert!(self.0 < 2, "only a two-topic join has an opposite side");
+        Side(1 - self.0.min(1))
+    }
+}
+
+/// `Left` and `Right` for the first two topics, as logs and tests have always named them;
+/// `Topic2`, `Topic3`, … for the others.
+impl std::fmt::Debug for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 => f.write_str("Left"),
+            1 => f.write_str("Right"),
+            n => write!(f, "Topic{n}"),
         }
     }
 }

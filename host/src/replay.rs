@@ -46,9 +46,9 @@ pub fn replay(
         };
         let event = crate::json::event_from_json(line).map_err(|e| err(e.to_string()))?;
         let side = if *event.topic == *config.join.left {
-            Side::Left
+            Side::LEFT
         } else if *event.topic == *config.join.right {
-            Side::Right
+            Side::RIGHT
         } else {
             return Err(err(format!(
                 "topic {:?} is neither join.left ({:?}) nor join.right ({:?})",
@@ -56,7 +56,7 @@ pub fn replay(
             )));
         };
         let mut event = event;
-        let selector = [&config.join.left_key, &config.join.right_key][side as usize];
+        let selector = [&config.join.left_key, &config.join.right_key][side.index()];
         // A key from the value: as the repartition step re-keys a record (one without the field
         // goes on keyless, to the null-key policy), and every event to one task, since the
         // recording's partitions are not the internal topic's.

@@ -129,8 +129,8 @@ pub(crate) fn call(args: CallArgs) -> Result<ExitCode> {
             }
             worker.on_match(a.key_bytes(), a, b)
         }
-        (Some(a), None) => worker.on_expire(a.key_bytes(), a, Side::Left),
-        (None, Some(b)) => worker.on_expire(b.key_bytes(), b, Side::Right),
+        (Some(a), None) => worker.on_expire(a.key_bytes(), a, Side::LEFT),
+        (None, Some(b)) => worker.on_expire(b.key_bytes(), b, Side::RIGHT),
         (None, None) => unreachable!("checked above"),
     };
     match result {

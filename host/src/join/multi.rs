@@ -23,10 +23,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use super::state::JoinWindow;
-use crate::event::Event;
-
-/// The most topics one join takes.
-pub const MAX_TOPICS: usize = 8;
+use crate::event::{Event, MAX_TOPICS};
 
 /// Which unmatched events an N-way join reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -61,19 +61,22 @@ impl CommitPoint {
     }
 }
 
-/// Processed-through offsets of a task's two partitions, after a restart.
-#[derive(Clone, Copy, Debug, Default)]
+/// Processed-through offsets of a task's partitions, one per topic of the join, after a restart.
+#[derive(Clone, Debug, Default)]
 pub struct ReplayBounds {
-    pub left: Option<i64>,
-    pub right: Option<i64>,
+    through: Vec<Option<i64>>,
 }
 
 impl ReplayBounds {
+    /// The processed-through offset of each topic's partition, in the join's topic order.
+    pub fn new(through: impl IntoIterator<Item = Option<i64>>) -> Self {
+        ReplayBounds {
+            through: through.into_iter().collect(),
+        }
+    }
+
     fn is_replay(&self, side: Side, offset: i64) -> bool {
-        let bound = match side {
-            Side::Left => self.left,
-            Side::Right => self.right,
-        };
+        let bound = self.through.get(side.index()).copied().flatten();
         bound.is_some_and(|b| offset <= b)
     }
 
@@ -82,7 +85,7 @@ impl ReplayBounds {
     pub fn suppresses(&self, side: Side, offset: i64, outcome: &JoinOutcome) -> bool {
         match outcome {
             JoinOutcome::Match { left, right } => {
-                self.is_replay(Side::Left, left.offset) && self.is_replay(Side::Right, right.offset)
+                self.is_replay(Side::LEFT, left.offset) && self.is_replay(Side::RIGHT, right.offset)
             }
             JoinOutcome::Expired { .. } | JoinOutcome::Late { .. } => self.is_replay(side, offset),
         }

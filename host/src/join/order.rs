@@ -330,15 +330,15 @@ impl TaskQueue {
 
     fn queue(&mut self, side: Side) -> &mut VecDeque<Queued> {
         match side {
-            Side::Left => &mut self.left,
-            Side::Right => &mut self.right,
+            Side::LEFT => &mut self.left,
+            _ => &mut self.right,
         }
     }
 
     fn queue_ref(&self, side: Side) -> &VecDeque<Queued> {
         match side {
-            Side::Left => &self.left,
-            Side::Right => &self.right,
+            Side::LEFT => &self.left,
+            _ => &self.right,
         }
     }
 
@@ -391,7 +391,7 @@ impl TaskQueue {
         self.wants_end = [false; 2];
         // A record that will not join is taken as soon as it is at the front, live and in replay
         // alike, so that a replay takes the records in the order the previous owner did.
-        for side in [Side::Left, Side::Right] {
+        for side in [Side::LEFT, Side::RIGHT] {
             if self
                 .queue_ref(side)
                 .front()
@@ -401,13 +401,13 @@ impl TaskQueue {
             }
         }
         // Replay first: a replay record goes before any new one, on either side.
-        let replay = [Side::Left, Side::Right].map(|s| self.front_is_replay(s));
-        let pending = [Side::Left, Side::Right].map(|s| self.replay_outstanding(s));
+        let replay = [Side::LEFT, Side::RIGHT].map(|s| self.front_is_replay(s));
+        let pending = [Side::LEFT, Side::RIGHT].map(|s| self.replay_outstanding(s));
         if replay[0] || replay[1] || pending[0] || pending[1] {
             return match (replay[0], replay[1]) {
                 (true, true) => Some(self.older()),
-                (true, false) if !pending[1] => Some(Side::Left),
-                (false, true) if !pending[0] => Some(Side::Right),
+                (true, false) if !pending[1] => Some(Side::LEFT),
+                (false, true) if !pending[0] => Some(Side::RIGHT),
                 // The other side's replay records are still to be fetched. They exist (the
                 // previous owner read them), so wait for them: replay in timestamp order rebuilds
                 // the same matched/unmatched state the previous owner had.
@@ -425,9 +425,9 @@ impl TaskQueue {
             }
             (Some(_), None) | (None, Some(_)) => {
                 let (side, empty) = if self.left.is_empty() {
-                    (Side::Right, Side::Left)
+                    (Side::RIGHT, Side::LEFT)
                 } else {
-                    (Side::Left, Side::Right)
+                    (Side::LEFT, Side::RIGHT)
                 };
                 if self.paused[empty.index()] {
                     // Its records are on the broker, not absent: wait, without a timeout.
@@ -489,8 +489,8 @@ impl TaskQueue {
         let l = self.left.front().map(|q| q.event.timestamp);
         let r = self.right.front().map(|q| q.event.timestamp);
         match (l, r) {
-            (Some(l), Some(r)) if r < l => Side::Right,
-            _ => Side::Left,
+            (Some(l), Some(r)) if r < l => Side::RIGHT,
+            _ => Side::LEFT,
         }
     }
 }

@@ -63,7 +63,7 @@ impl JoinKind {
     fn reports_expiry(self, side: Side) -> bool {
         match self {
             JoinKind::Inner => false,
-            JoinKind::Left => side == Side::Left,
+            JoinKind::Left => side == Side::LEFT,
             JoinKind::Outer => true,
         }
     }
@@ -276,8 +276,8 @@ impl JoinState {
             for &h in partners.iter() {
                 let held = Arc::new(store.event(h));
                 let (left, right) = match side {
-                    Side::Left => (this.clone(), held),
-                    Side::Right => (held, this.clone()),
+                    Side::LEFT => (this.clone(), held),
+                    _ => (held, this.clone()),
                 };
                 out.push(JoinOutcome::Match { left, right });
             }

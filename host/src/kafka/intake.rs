@@ -317,7 +317,7 @@ impl Intake {
 
     /// Pauses both partitions of a task that halted (`plugin.failure = "halt"`).
     pub fn halt(&mut self, p: i32) -> Result<()> {
-        for side in [Side::Left, Side::Right] {
+        for side in [Side::LEFT, Side::RIGHT] {
             self.pause(side, p, Pause::Halted)?;
         }
         Ok(())

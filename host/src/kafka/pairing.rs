@@ -72,7 +72,7 @@ impl Pairing {
         let mut touched = BTreeSet::new();
         for &(side, p) in revoked {
             if let Some(held) = self.held.get_mut(&p) {
-                held[side as usize] = false;
+                held[side.index()] = false;
             }
             if self.active.remove(&p) {
                 changes.stop.push(p);
@@ -80,7 +80,7 @@ impl Pairing {
             touched.insert(p);
         }
         for &(side, p) in assigned {
-            self.held.entry(p).or_default()[side as usize] = true;
+            self.held.entry(p).or_default()[side.index()] = true;
             touched.insert(p);
         }
         for p in touched {
@@ -98,7 +98,7 @@ impl Pairing {
                     self.waiting.remove(&p);
                 }
                 [left, _] => {
-                    let side = if left { Side::Left } else { Side::Right };
+                    let side = if left { Side::LEFT } else { Side::RIGHT };
                     // A half that just lost its pair, or arrived without it: pause it (pausing
                     // again a half already waiting is harmless).
                     self.waiting.entry(p).or_insert(now_ms);

@@ -186,13 +186,13 @@ impl Source {
 
     fn record(&self, m: &BorrowedMessage<'_>) -> Record {
         let side = if m.topic() == &*self.topics[0] {
-            Side::Left
+            Side::LEFT
         } else {
-            Side::Right
+            Side::RIGHT
         };
         Record {
             side,
-            event: event_of(m, &self.topics[side as usize]),
+            event: event_of(m, &self.topics[side.index()]),
         }
     }
 

@@ -45,11 +45,11 @@ impl Plan {
     /// The partition counts of the topics the join reads, from the source topics' counts: an
     /// internal topic has the plan's count (the step creates it so, or refuses to start).
     pub fn join_counts(&self, source_counts: [usize; 2]) -> [usize; 2] {
-        [Side::Left, Side::Right].map(|side| {
+        [Side::LEFT, Side::RIGHT].map(|side| {
             if self.sides.iter().any(|s| s.side == side) {
                 self.partitions
             } else {
-                source_counts[side as usize]
+                source_counts[side.index()]
             }
         })
     }
@@ -110,7 +110,7 @@ pub fn plan(join: &JoinConfig, group: &str, left_count: usize, right_count: usiz
         let internal = internal_topic(group, &topics[i]);
         join_topics[i] = internal.clone();
         sides.push(SidePlan {
-            side: [Side::Left, Side::Right][i],
+            side: [Side::LEFT, Side::RIGHT][i],
             source: topics[i].clone(),
             internal,
             key: keys[i].clone(),

@@ -61,7 +61,7 @@ impl Host {
             task.set_wall_clock(wall_clock);
             task.set_end_offsets(intake.end_offsets_seen(task.partition));
             let p = task.partition;
-            task.set_positions([Side::Left, Side::Right].map(|s| positions.get(&(p, s)).copied()));
+            task.set_positions([Side::LEFT, Side::RIGHT].map(|s| positions.get(&(p, s)).copied()));
             task.set_backpressured(intake.backpressured(task.partition));
             running.push(task);
         }
@@ -143,7 +143,7 @@ impl Host {
             .iter()
             .flat_map(|(p, task)| {
                 let wanted = task.end_offsets_wanted();
-                [Side::Left, Side::Right]
+                [Side::LEFT, Side::RIGHT]
                     .into_iter()
                     .filter(move |side| wanted[side.index()])
                     .map(move |side| (*p, side))
@@ -161,7 +161,7 @@ impl Host {
             if let (Some(end), Some(seen)) = (end, seen) {
                 if end > seen {
                     self.metrics.end_offsets_behind.inc();
-                    let which = if side == Side::Left { "left" } else { "right" };
+                    let which = if side == Side::LEFT { "left" } else { "right" };
                     if let Some(said) = crate::quiet::said(
                         &format!("end offset behind {p}"),
                         || {

@@ -118,8 +118,8 @@ impl PartitionTask {
                 if attempts == 0 {
                     self.counters.matches += 1;
                 }
-                batch.sources.push((Side::Left, left.offset));
-                batch.sources.push((Side::Right, right.offset));
+                batch.sources.push((Side::LEFT, left.offset));
+                batch.sources.push((Side::RIGHT, right.offset));
                 let result =
                     first.unwrap_or_else(|| action.on_match(left.key_bytes(), left, right));
                 (vec![left.clone(), right.clone()], result)

@@ -56,7 +56,7 @@ impl PartitionTask {
             return self.last_points;
         }
         let parked = self.parked.as_ref().map(Parked::needs).unwrap_or_default();
-        self.last_points = [Side::Left, Side::Right].map(|side| {
+        self.last_points = [Side::LEFT, Side::RIGHT].map(|side| {
             let i = side.index();
             let needed = self
                 .state

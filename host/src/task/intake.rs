@@ -26,8 +26,8 @@ impl PartitionTask {
     ///
     /// [`TaskQueue`]: crate::join::TaskQueue
     pub fn set_end_offsets(&mut self, end: [Option<i64>; 2]) {
-        self.queue.set_end_offset(Side::Left, end[0]);
-        self.queue.set_end_offset(Side::Right, end[1]);
+        self.queue.set_end_offset(Side::LEFT, end[0]);
+        self.queue.set_end_offset(Side::RIGHT, end[1]);
     }
 
     /// The consumer's positions on the left and right partitions, where every record polled of
@@ -35,7 +35,7 @@ impl PartitionTask {
     ///
     /// [`TaskQueue::set_position`]: crate::join::TaskQueue::set_position
     pub fn set_positions(&mut self, positions: [Option<i64>; 2]) {
-        for (side, position) in [Side::Left, Side::Right].into_iter().zip(positions) {
+        for (side, position) in [Side::LEFT, Side::RIGHT].into_iter().zip(positions) {
             if let Some(position) = position {
                 self.queue.set_position(side, position);
             }
@@ -59,8 +59,8 @@ impl PartitionTask {
     ///
     /// [`TaskQueue::set_end_offset_floor`]: crate::join::TaskQueue::set_end_offset_floor
     pub fn set_end_offset_floors(&mut self, floor: [i64; 2]) {
-        self.queue.set_end_offset_floor(Side::Left, floor[0]);
-        self.queue.set_end_offset_floor(Side::Right, floor[1]);
+        self.queue.set_end_offset_floor(Side::LEFT, floor[0]);
+        self.queue.set_end_offset_floor(Side::RIGHT, floor[1]);
     }
 
     /// The wall clock now (Unix ms), against which `max_future_ms` is measured when a record is
@@ -76,7 +76,7 @@ impl PartitionTask {
 
     /// Bytes of the records buffered on both sides ([`Event::footprint`]).
     pub fn queued_bytes(&self) -> usize {
-        self.queue.bytes(Side::Left) + self.queue.bytes(Side::Right)
+        self.queue.bytes(Side::LEFT) + self.queue.bytes(Side::RIGHT)
     }
 
     /// The most bytes the queue held at once.
@@ -100,7 +100,7 @@ impl PartitionTask {
     /// keeps them: an empty paused side is waited for, not idled past (its records are on the
     /// broker).
     pub fn set_backpressured(&mut self, paused: [bool; 2]) {
-        self.queue.set_paused(Side::Left, paused[0]);
-        self.queue.set_paused(Side::Right, paused[1]);
+        self.queue.set_paused(Side::LEFT, paused[0]);
+        self.queue.set_paused(Side::RIGHT, paused[1]);
     }
 }

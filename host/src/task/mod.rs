@@ -95,7 +95,7 @@ impl PartitionTask {
                 .window_ms
                 .saturating_add(policy.window.grace_ms),
         );
-        for side in [Side::Left, Side::Right] {
+        for side in [Side::LEFT, Side::RIGHT] {
             let p = start[side.index()];
             queue.set_replay(side, p.offset, p.processed_through);
         }
@@ -104,10 +104,7 @@ impl PartitionTask {
             state: JoinState::new(policy.window, policy.kind),
             policy,
             queue,
-            bounds: ReplayBounds {
-                left: start[0].processed_through,
-                right: start[1].processed_through,
-            },
+            bounds: ReplayBounds::new(start.map(|p| p.processed_through)),
             next_offset: [start[0].offset, start[1].offset],
             acknowledged: [start[0].processed_through, start[1].processed_through],
             pending: [None, None],

@@ -54,8 +54,8 @@ impl Parked {
         fn read(o: &JoinOutcome, needs: &mut Vec<(Side, i64)>) {
             match o {
                 JoinOutcome::Match { left, right } => {
-                    needs.push((Side::Left, left.offset));
-                    needs.push((Side::Right, right.offset));
+                    needs.push((Side::LEFT, left.offset));
+                    needs.push((Side::RIGHT, right.offset));
                 }
                 JoinOutcome::Expired { side, event } | JoinOutcome::Late { side, event } => {
                     needs.push((*side, event.offset))

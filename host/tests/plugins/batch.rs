@@ -30,12 +30,12 @@ fn a_batch_answers_as_single_calls(file: &str) {
         Call::Expire {
             key: b"o-8",
             event: &unpaid,
-            side: Side::Left,
+            side: Side::LEFT,
         },
         Call::Expire {
             key: b"o-9",
             event: &orphan,
-            side: Side::Right,
+            side: Side::RIGHT,
         },
     ];
     let batched = worker
@@ -44,8 +44,8 @@ fn a_batch_answers_as_single_calls(file: &str) {
         .unwrap();
     let single = vec![
         Ok(worker.on_match(b"o-7", &order, &payment).unwrap()),
-        Ok(worker.on_expire(b"o-8", &unpaid, Side::Left).unwrap()),
-        Ok(worker.on_expire(b"o-9", &orphan, Side::Right).unwrap()),
+        Ok(worker.on_expire(b"o-8", &unpaid, Side::LEFT).unwrap()),
+        Ok(worker.on_expire(b"o-9", &orphan, Side::RIGHT).unwrap()),
     ];
     assert_eq!(batched, single, "{file}");
     // The same buffers are reused for a batch of other shapes and sizes.
@@ -63,7 +63,7 @@ fn a_component_without_on_batch_is_called_one_by_one() {
     let calls = [Call::Expire {
         key: b"o-1",
         event: &order,
-        side: Side::Left,
+        side: Side::LEFT,
     }];
     assert!(worker.on_batch(&calls).is_none());
     assert_eq!(worker.batch_limit(), 1);
@@ -87,7 +87,7 @@ fn an_error_and_an_exception(file: &str) {
     let call = |i: usize| Call::Expire {
         key: events[i].key_bytes(),
         event: &events[i],
-        side: Side::Left,
+        side: Side::LEFT,
     };
     let results = worker
         .on_batch(&[call(0), call(1), call(2)])
@@ -135,7 +135,7 @@ fn the_batch_limit_follows_the_pace_of_the_calls() {
     assert_eq!(worker.batch_limit(), 1);
     let order = event("orders", "o-1", 1);
     for _ in 0..20 {
-        worker.on_expire(b"o-1", &order, Side::Left).unwrap();
+        worker.on_expire(b"o-1", &order, Side::LEFT).unwrap();
     }
     // Calls of tens of microseconds against a 500 ms deadline: the most a batch takes.
     assert_eq!(worker.batch_limit(), cojoin::plugin::instance::MAX_BATCH);
@@ -148,7 +148,7 @@ fn the_batch_limit_follows_the_pace_of_the_calls() {
         &[],
     );
     let mut slow = slow.handle().unwrap();
-    let _ = slow.on_expire(b"o-1", &order, Side::Left);
+    let _ = slow.on_expire(b"o-1", &order, Side::LEFT);
     // An eighth of 100 us holds less than one call of ~30 us.
     assert_eq!(slow.batch_limit(), 1);
 }
@@ -166,7 +166,7 @@ fn a_batch_past_the_deadline_is_a_timeout_though_each_call_fits() {
     let call = Call::Expire {
         key: spin.key_bytes(),
         event: &spin,
-        side: Side::Left,
+        side: Side::LEFT,
     };
     // Four calls of 60 ms: 240 ms against the batch's one deadline of 200 ms.
     match worker.on_batch(&[call; 4]).unwrap() {
@@ -179,7 +179,7 @@ fn a_batch_past_the_deadline_is_a_timeout_though_each_call_fits() {
     // One by one (what the task does next), each fits its own deadline.
     for _ in 0..4 {
         worker
-            .on_expire(spin.key_bytes(), &spin, Side::Left)
+            .on_expire(spin.key_bytes(), &spin, Side::LEFT)
             .unwrap();
     }
     // And at that pace the host makes no batches of them.

@@ -36,12 +36,12 @@ fn order_paid_produces_the_same_records_in_every_language() {
         );
 
         let unpaid = worker
-            .on_expire(b"o-8", &event("orders", "o-8", 11), Side::Left)
+            .on_expire(b"o-8", &event("orders", "o-8", 11), Side::LEFT)
             .unwrap();
         assert_eq!(body(&unpaid[0])["status"], "unpaid", "{lang}");
         assert_eq!(body(&unpaid[0])["order"]["id"], "o-8", "{lang}");
         let orphan = worker
-            .on_expire(b"o-9", &event("payments", "o-9", 13), Side::Right)
+            .on_expire(b"o-9", &event("payments", "o-9", 13), Side::RIGHT)
             .unwrap();
         assert_eq!(
             body(&orphan[0])["status"],

@@ -214,7 +214,7 @@ fn on_expire_is_limited_like_on_match() {
         .on_expire(
             b"loop-2",
             &event("orders", "loop-2", 1),
-            cojoin::event::Side::Left,
+            cojoin::event::Side::LEFT,
         )
         .unwrap_err();
     assert_eq!(err.kind(), FailureKind::Timeout);

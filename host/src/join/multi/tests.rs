@@ -271,7 +271,7 @@ proptest! {
         let mut binary = JoinState::new(W, binary_kind);
         let mut out = Vec::new();
         for (i, &(topic, key, ts)) in input.iter().enumerate() {
-            let side = if topic == 0 { Side::Left } else { Side::Right };
+            let side = if topic == 0 { Side::LEFT } else { Side::RIGHT };
             binary.insert(side, ev(topic, key, ts, i as i64), &mut out);
         }
         let binary: Vec<String> = out

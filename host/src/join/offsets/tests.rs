@@ -42,8 +42,8 @@ enum Seen {
 fn seen(o: &JoinOutcome) -> Seen {
     match o {
         JoinOutcome::Match { left, right } => Seen::Match(left.offset, right.offset),
-        JoinOutcome::Expired { side, event } => Seen::Expired(*side == Side::Left, event.offset),
-        JoinOutcome::Late { side, event } => Seen::Late(*side == Side::Left, event.offset),
+        JoinOutcome::Expired { side, event } => Seen::Expired(*side == Side::LEFT, event.offset),
+        JoinOutcome::Late { side, event } => Seen::Late(*side == Side::LEFT, event.offset),
     }
 }
 
@@ -75,7 +75,7 @@ struct Owner {
 impl Owner {
     fn new(kind: JoinKind, input: [&[Event]; 2], start: [CommitPoint; 2]) -> Self {
         let mut queue = TaskQueue::new(0);
-        for (i, side) in [Side::Left, Side::Right].into_iter().enumerate() {
+        for (i, side) in [Side::LEFT, Side::RIGHT].into_iter().enumerate() {
             queue.set_replay(side, start[i].offset, start[i].processed_through);
             for e in &input[i][start[i].offset as usize..] {
                 queue.push(side, e.clone());
@@ -84,10 +84,7 @@ impl Owner {
         Owner {
             state: JoinState::new(W, kind),
             queue,
-            bounds: ReplayBounds {
-                left: start[0].processed_through,
-                right: start[1].processed_through,
-            },
+            bounds: ReplayBounds::new(start.map(|p| p.processed_through)),
             processed: [None, None],
             emitted: Vec::new(),
             steps: 0,
@@ -106,14 +103,14 @@ impl Owner {
                 self.emitted.push((seen(o), self.steps));
             }
         }
-        self.processed[(side == Side::Right) as usize] = Some(offset);
+        self.processed[(side == Side::RIGHT) as usize] = Some(offset);
         self.steps += 1;
         true
     }
 
     fn commit(&self, input: [&[Event]; 2]) -> [CommitPoint; 2] {
-        [Side::Left, Side::Right].map(|side| {
-            let i = (side == Side::Right) as usize;
+        [Side::LEFT, Side::RIGHT].map(|side| {
+            let i = (side == Side::RIGHT) as usize;
             let next = self
                 .queue
                 .first_offset(side)
@@ -137,7 +134,7 @@ fn check_recovery(
     extra: usize,
     exact: bool,
 ) -> Result<(), TestCaseError> {
-    let (l, r) = (events(Side::Left, &left), events(Side::Right, &right));
+    let (l, r) = (events(Side::LEFT, &left), events(Side::RIGHT, &right));
     let input = [&l[..], &r[..]];
     let from_start = [CommitPoint::new(0, [], None); 2];
 

@@ -4,10 +4,7 @@ use super::*;
 
 fn ev(side: Side, key: &str, ts: i64, offset: i64) -> Event {
     Event {
-        topic: match side {
-            Side::Left => "orders".into(),
-            Side::Right => "payments".into(),
-        },
+        topic: ["orders", "payments"][side.index()].into(),
         partition: 0,
         offset,
         timestamp: ts,
@@ -42,7 +39,8 @@ fn run(kind: JoinKind, input: &[(Side, &str, i64)]) -> Vec<String> {
         .collect()
 }
 
-use Side::{Left as L, Right as R};
+const L: Side = Side::LEFT;
+const R: Side = Side::RIGHT;
 
 #[test]
 fn pairs_within_the_window_match_once_in_either_arrival_order() {

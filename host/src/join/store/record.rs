@@ -57,7 +57,7 @@ pub(super) fn encode(
     b.extend_from_slice(&value_field.to_ne_bytes());
     let [origin_low, origin_high] = origin.to_le_bytes();
     b.push(origin_low);
-    let side = if links.side == Side::Right { RIGHT } else { 0 };
+    let side = if links.side == Side::RIGHT { RIGHT } else { 0 };
     let out_of_order = if links.out_of_order { OUT_OF_ORDER } else { 0 };
     let has_headers_flag = if has_headers { HAS_HEADERS } else { 0 };
     b.push(side | out_of_order | has_headers_flag | (origin_high << ORIGIN_FLAG_SHIFT));
@@ -96,8 +96,8 @@ pub(super) fn get_i64(r: &[u8], at: usize) -> i64 {
 
 pub(super) fn flags_side(flags: u8) -> Side {
     match flags & RIGHT {
-        0 => Side::Left,
-        _ => Side::Right,
+        0 => Side::LEFT,
+        _ => Side::RIGHT,
     }
 }
 

@@ -95,7 +95,7 @@ impl Needs {
         partner_needed: impl Fn(Side) -> bool,
     ) -> impl Iterator<Item = (Side, i64)> {
         let [own, partner] = [self.own, self.partner];
-        [Side::Left, Side::Right].into_iter().flat_map(move |side| {
+        [Side::LEFT, Side::RIGHT].into_iter().flat_map(move |side| {
             let i = side.index();
             let own = (own[i] != i64::MAX).then_some((side, own[i]));
             let partner = (partner[i] != i64::MAX && partner_needed(side))

@@ -76,12 +76,12 @@ fn an_event_comes_back_as_it_went_in_with_its_links() {
     ];
     let handles: Vec<Handle> = cases
         .iter()
-        .map(|e| store.push(e, links(Side::Right)))
+        .map(|e| store.push(e, links(Side::RIGHT)))
         .collect();
     for (h, e) in handles.iter().zip(&cases) {
         assert_eq!(store.event(*h), *e);
         assert_eq!(store.key(*h), e.key_bytes());
-        assert_eq!(store.side(*h), Side::Right);
+        assert_eq!(store.side(*h), Side::RIGHT);
         assert_eq!(store.next(*h), NO_HANDLE);
         assert_eq!(store.partner_offset(*h), -1);
     }
@@ -105,7 +105,7 @@ fn handles_grow_in_arrival_order_across_segments() {
         .map(|i| {
             store.push(
                 &event(i, b"k", Some(big.clone()), Vec::new()),
-                links(Side::Left),
+                links(Side::LEFT),
             )
         })
         .collect();
@@ -122,10 +122,10 @@ fn an_event_larger_than_a_segment_gets_its_own() {
     let mut store = EventStore::default();
     let small = store.push(
         &event(0, b"a", Some(vec![1; 10]), Vec::new()),
-        links(Side::Left),
+        links(Side::LEFT),
     );
     let huge = event(1, b"b", Some(vec![2; MAX_SEGMENT * 2]), Vec::new());
-    let h = store.push(&huge, links(Side::Left));
+    let h = store.push(&huge, links(Side::LEFT));
     assert_eq!(store.event(h), huge);
     assert_eq!(store.event(small).offset, 0);
 }
@@ -138,7 +138,7 @@ fn segments_are_freed_once_all_their_events_left_and_live_bytes_follow() {
         .map(|i| {
             store.push(
                 &event(i, b"key", Some(value.clone()), Vec::new()),
-                links(Side::Left),
+                links(Side::LEFT),
             )
         })
         .collect();
@@ -176,12 +176,12 @@ fn events_of_different_partitions_keep_their_origin() {
     let mut b = a.clone();
     b.topic = "payments".into();
     a.partition = 4;
-    let ha = store.push(&a, links(Side::Left));
-    let hb = store.push(&b, links(Side::Right));
+    let ha = store.push(&a, links(Side::LEFT));
+    let hb = store.push(&b, links(Side::RIGHT));
     assert_eq!(store.event(ha), a);
     assert_eq!(store.event(hb), b);
     assert_eq!(store.origins.len(), 2);
-    store.push(&a, links(Side::Left));
+    store.push(&a, links(Side::LEFT));
     assert_eq!(store.origins.len(), 2, "an origin is stored once");
 }
 
@@ -207,7 +207,7 @@ fn as_many_origins_as_the_limit_keep_their_origin_and_flags() {
             }
             // Negative partitions too: the recording decides them.
             e.partition = (i / 2) as i32 - 1_000;
-            let side = if right { Side::Right } else { Side::Left };
+            let side = if right { Side::RIGHT } else { Side::LEFT };
             let out_of_order = i % 5 == 0;
             let h = store.push(
                 &e,
@@ -230,7 +230,7 @@ fn as_many_origins_as_the_limit_keep_their_origin_and_flags() {
     let (h, e, ..) = &pushed[MAX_ORIGINS - 1];
     assert_eq!(store.event(*h), *e);
     // An origin held already is no new one, past the limit too.
-    let again = store.push(&pushed[300].1, links(Side::Right));
+    let again = store.push(&pushed[300].1, links(Side::RIGHT));
     assert_eq!(store.event(again), pushed[300].1);
 }
 
@@ -240,12 +240,12 @@ fn one_origin_past_the_limit_stops_with_its_name_and_the_limit() {
     for p in 0..MAX_ORIGINS {
         let mut e = event(1, b"k", None, Vec::new());
         e.partition = p as i32;
-        store.push(&e, links(Side::Left));
+        store.push(&e, links(Side::LEFT));
     }
     let mut e = event(1, b"k", None, Vec::new());
     e.partition = -7;
     let message = panic_message(|| {
-        store.push(&e, links(Side::Left));
+        store.push(&e, links(Side::LEFT));
     });
     assert!(message.contains("\"orders\" partition -7"), "{message}");
     assert!(
@@ -260,7 +260,7 @@ fn the_in_order_walk_skips_removed_and_out_of_order_events_and_survives_freed_se
     let value = vec![b'v'; 3_000];
     let handles: Vec<Handle> = (0..100)
         .map(|i| {
-            let mut l = links(Side::Left);
+            let mut l = links(Side::LEFT);
             l.out_of_order = i % 3 == 1;
             store.push(&event(i, b"key", Some(value.clone()), Vec::new()), l)
         })
@@ -300,7 +300,7 @@ fn live_lists_every_event_not_removed_in_push_order() {
         .map(|i| {
             store.push(
                 &event(i, b"k", Some(vec![0; 5_000]), Vec::new()),
-                links(Side::Left),
+                links(Side::LEFT),
             )
         })
         .collect();

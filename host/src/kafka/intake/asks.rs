@@ -81,7 +81,7 @@ impl Intake {
         let asked = self.asking(timeouts::REQUEST, |me, wait| {
             let wanted: Vec<(i32, Side)> = tasks
                 .iter()
-                .flat_map(|&p| [(p, Side::Left), (p, Side::Right)])
+                .flat_map(|&p| [(p, Side::LEFT), (p, Side::RIGHT)])
                 .filter(|w| !given.contains_key(w))
                 .collect();
             let answer = me.end_offsets_within(&wanted, wait);
@@ -102,7 +102,7 @@ impl Intake {
             .iter()
             .map(|&p| {
                 let end = |side| given.get(&(p, side)).copied().unwrap_or(0);
-                (p, [end(Side::Left), end(Side::Right)])
+                (p, [end(Side::LEFT), end(Side::RIGHT)])
             })
             .collect()
     }

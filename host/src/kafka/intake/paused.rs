@@ -62,19 +62,19 @@ impl Paused {
 
     /// Forgets both partitions of task p (sought back and resumed as it starts).
     pub fn clear_task(&mut self, p: i32) {
-        self.0.remove(&(Side::Left, p));
-        self.0.remove(&(Side::Right, p));
+        self.0.remove(&(Side::LEFT, p));
+        self.0.remove(&(Side::RIGHT, p));
     }
 
     /// Whether either partition of task p is paused, for whatever reason (since an earlier
     /// assignment, maybe).
     pub fn is_paused(&self, p: i32) -> bool {
-        self.0.contains_key(&(Side::Left, p)) || self.0.contains_key(&(Side::Right, p))
+        self.0.contains_key(&(Side::LEFT, p)) || self.0.contains_key(&(Side::RIGHT, p))
     }
 
     /// Which sides of task p are paused for backpressure.
     pub fn backpressured(&self, p: i32) -> [bool; 2] {
-        [Side::Left, Side::Right].map(|s| self.0.get(&(s, p)) == Some(&Pause::Backpressure))
+        [Side::LEFT, Side::RIGHT].map(|s| self.0.get(&(s, p)) == Some(&Pause::Backpressure))
     }
 
     /// Every partition paused for backpressure, in a stable order.
@@ -102,30 +102,30 @@ mod tests {
     #[test]
     fn a_partition_is_paused_once_and_resumed_only_when_paused() {
         let mut paused = Paused::default();
-        assert!(paused.pause(Side::Left, 3, Pause::Backpressure));
+        assert!(paused.pause(Side::LEFT, 3, Pause::Backpressure));
         assert!(
-            !paused.pause(Side::Left, 3, Pause::Backpressure),
+            !paused.pause(Side::LEFT, 3, Pause::Backpressure),
             "told once"
         );
         assert_eq!(paused.backpressured(3), [true, false]);
-        assert_eq!(paused.backpressured_sides(), [(Side::Left, 3)]);
-        assert!(paused.resume(Side::Left, 3));
-        assert!(!paused.resume(Side::Left, 3), "not paused any more");
-        assert!(!paused.resume(Side::Right, 3), "never paused");
+        assert_eq!(paused.backpressured_sides(), [(Side::LEFT, 3)]);
+        assert!(paused.resume(Side::LEFT, 3));
+        assert!(!paused.resume(Side::LEFT, 3), "not paused any more");
+        assert!(!paused.resume(Side::RIGHT, 3), "never paused");
         assert!(!paused.is_paused(3));
     }
 
     #[test]
     fn a_halted_task_stays_paused_as_halted_and_is_never_resumed_for_backpressure() {
         let mut paused = Paused::default();
-        assert!(paused.pause(Side::Left, 1, Pause::Backpressure));
+        assert!(paused.pause(Side::LEFT, 1, Pause::Backpressure));
         assert!(
-            !paused.pause(Side::Left, 1, Pause::Halted),
+            !paused.pause(Side::LEFT, 1, Pause::Halted),
             "librdkafka paused it already"
         );
-        assert!(paused.pause(Side::Right, 1, Pause::Halted));
+        assert!(paused.pause(Side::RIGHT, 1, Pause::Halted));
         // Records polled ahead of the halt fill its queue: the pause stays a halt.
-        assert!(!paused.pause(Side::Right, 1, Pause::Backpressure));
+        assert!(!paused.pause(Side::RIGHT, 1, Pause::Backpressure));
         assert_eq!(paused.backpressured(1), [false, false]);
         assert!(paused.backpressured_sides().is_empty());
         assert!(paused.is_paused(1));
@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn a_lone_half_is_paused_but_not_backpressured() {
         let mut paused = Paused::default();
-        assert!(paused.pause(Side::Right, 0, Pause::LoneHalf));
+        assert!(paused.pause(Side::RIGHT, 0, Pause::LoneHalf));
         assert!(paused.is_paused(0));
         assert_eq!(paused.backpressured(0), [false, false]);
         assert!(paused.backpressured_sides().is_empty());
@@ -145,12 +145,12 @@ mod tests {
     #[test]
     fn backpressured_sides_come_in_task_then_side_order() {
         let mut paused = Paused::default();
-        for (side, p) in [(Side::Right, 2), (Side::Left, 2), (Side::Left, 0)] {
+        for (side, p) in [(Side::RIGHT, 2), (Side::LEFT, 2), (Side::LEFT, 0)] {
             paused.pause(side, p, Pause::Backpressure);
         }
         assert_eq!(
             paused.backpressured_sides(),
-            [(Side::Left, 0), (Side::Left, 2), (Side::Right, 2)]
+            [(Side::LEFT, 0), (Side::LEFT, 2), (Side::RIGHT, 2)]
         );
     }
 }

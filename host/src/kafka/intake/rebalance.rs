@@ -46,8 +46,8 @@ impl Intake {
         };
         if !rebalanced.revoked.is_empty() {
             Happened::PartitionsRevoked {
-                left: &numbers(&rebalanced.revoked, Side::Left),
-                right: &numbers(&rebalanced.revoked, Side::Right),
+                left: &numbers(&rebalanced.revoked, Side::LEFT),
+                right: &numbers(&rebalanced.revoked, Side::RIGHT),
             }
             .emit(&self.metrics);
         }
@@ -58,8 +58,8 @@ impl Intake {
                 left: &left,
                 right: &right,
                 added: [
-                    &numbers(&rebalanced.assigned, Side::Left),
-                    &numbers(&rebalanced.assigned, Side::Right),
+                    &numbers(&rebalanced.assigned, Side::LEFT),
+                    &numbers(&rebalanced.assigned, Side::RIGHT),
                 ],
             }
             .emit(&self.metrics);

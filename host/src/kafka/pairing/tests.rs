@@ -1,8 +1,10 @@
 use super::*;
-use crate::event::Side::{Left, Right};
+use crate::event::Side;
+const LEFT: Side = Side::LEFT;
+const RIGHT: Side = Side::RIGHT;
 
 fn both(ps: &[i32]) -> Vec<(Side, i32)> {
-    ps.iter().flat_map(|&p| [(Left, p), (Right, p)]).collect()
+    ps.iter().flat_map(|&p| [(LEFT, p), (RIGHT, p)]).collect()
 }
 
 #[test]
@@ -25,14 +27,14 @@ fn an_eager_rebalance_stops_every_task_and_starts_them_again_when_assigned() {
 #[test]
 fn a_lone_half_is_paused_until_its_pair_comes_then_the_task_starts_with_the_wait() {
     let mut pairing = Pairing::new(false);
-    let (changes, settled) = pairing.apply(&[], &[(Left, 3)], 1_000);
-    assert_eq!(changes.pause, vec![(Left, 3)]);
+    let (changes, settled) = pairing.apply(&[], &[(LEFT, 3)], 1_000);
+    assert_eq!(changes.pause, vec![(LEFT, 3)]);
     assert!(changes.start.is_empty());
     assert_eq!(settled, None);
     assert_eq!(pairing.waiting(), 1);
     assert!(!pairing.is_active(3));
 
-    let (changes, settled) = pairing.apply(&[], &[(Right, 3)], 1_400);
+    let (changes, settled) = pairing.apply(&[], &[(RIGHT, 3)], 1_400);
     assert_eq!(changes.start, vec![(3, Some(400))]);
     assert!(changes.pause.is_empty());
     assert_eq!(settled, Some(Settled { took_ms: 400 }));
@@ -44,15 +46,15 @@ fn a_lone_half_is_paused_until_its_pair_comes_then_the_task_starts_with_the_wait
 fn losing_one_partition_stops_only_that_task_and_pauses_the_half_left() {
     let mut pairing = Pairing::new(false);
     pairing.apply(&[], &both(&[0, 1, 2]), 0);
-    let (changes, settled) = pairing.apply(&[(Right, 1)], &[], 50);
+    let (changes, settled) = pairing.apply(&[(RIGHT, 1)], &[], 50);
     assert_eq!(changes.stop, vec![1]);
-    assert_eq!(changes.pause, vec![(Left, 1)]);
+    assert_eq!(changes.pause, vec![(LEFT, 1)]);
     assert!(changes.start.is_empty());
     assert_eq!(settled, None, "left-1 waits: the rebalance is not over");
     assert!(pairing.is_active(0) && pairing.is_active(2));
 
     // Then the other half goes too: nothing waits, the rebalance is over, nothing restarts.
-    let (changes, settled) = pairing.apply(&[(Left, 1)], &[], 80);
+    let (changes, settled) = pairing.apply(&[(LEFT, 1)], &[], 80);
     assert_eq!(changes, Changes::default());
     assert_eq!(settled, Some(Settled { took_ms: 30 }));
     assert_eq!(pairing.waiting(), 0);
@@ -62,8 +64,8 @@ fn losing_one_partition_stops_only_that_task_and_pauses_the_half_left() {
 fn a_task_that_gets_a_half_back_restarts_from_its_commit_after_its_wait() {
     let mut pairing = Pairing::new(false);
     pairing.apply(&[], &both(&[4]), 0);
-    pairing.apply(&[(Left, 4)], &[], 10);
-    let (changes, _) = pairing.apply(&[], &[(Left, 4)], 70);
+    pairing.apply(&[(LEFT, 4)], &[], 10);
+    let (changes, _) = pairing.apply(&[], &[(LEFT, 4)], 70);
     assert_eq!(changes.start, vec![(4, Some(60))]);
 }
 

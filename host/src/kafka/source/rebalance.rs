@@ -185,9 +185,9 @@ impl Source {
         let mut s = lock(&self.shared);
         let side = |(topic, p): (String, i32)| {
             let side = if *topic == *self.topics[0] {
-                Side::Left
+                Side::LEFT
             } else {
-                Side::Right
+                Side::RIGHT
             };
             (side, p)
         };

@@ -14,7 +14,7 @@ impl Source {
     /// Moves one partition's fetch position to `offset` (records polled from it and not handed
     /// to its task are fetched again).
     pub fn seek_side(&self, side: Side, p: i32, offset: i64) -> Result<()> {
-        let topic = &self.topics[side as usize];
+        let topic = &self.topics[side.index()];
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, p, Offset::Offset(offset))
             .context("building a seek list")?;

@@ -37,8 +37,8 @@ impl Source {
             .iter()
             .filter_map(|e| {
                 let side = match self.topics.iter().position(|t| &**t == e.topic())? {
-                    0 => Side::Left,
-                    _ => Side::Right,
+                    0 => Side::LEFT,
+                    _ => Side::RIGHT,
                 };
                 match e.offset() {
                     Offset::Offset(at) => Some(((e.partition(), side), at)),

@@ -98,7 +98,7 @@ fn tasks(tasks: i32, pairs: i64) -> Vec<PartitionTask> {
 /// Matching left/right pairs at `offsets`, keyed `<prefix><offset>`.
 fn push_pairs(task: &mut PartitionTask, offsets: std::ops::Range<i64>, prefix: &str) {
     for i in offsets {
-        for side in [Side::Left, Side::Right] {
+        for side in [Side::LEFT, Side::RIGHT] {
             task.push(
                 side,
                 Event {

@@ -8,8 +8,8 @@ fn a_run_stops_at_its_batch_budget_and_the_next_run_goes_on() {
     let mut plugin = FakePlugin::default();
     for i in 0..10 {
         let key = format!("k{i}");
-        task.push(Side::Left, ev(Side::Left, i, &key, 100 + i));
-        task.push(Side::Right, ev(Side::Right, i, &key, 100 + i));
+        task.push(Side::LEFT, ev(Side::LEFT, i, &key, 100 + i));
+        task.push(Side::RIGHT, ev(Side::RIGHT, i, &key, 100 + i));
     }
     // Room for about one match's output and inputs: each run stops after the record that
     // passed it, and says so.
@@ -34,8 +34,8 @@ fn a_run_stops_at_its_time_budget_and_the_next_run_goes_on() {
     let mut plugin = FakePlugin::default();
     for i in 0..40 {
         let key = format!("k{i}");
-        task.push(Side::Left, ev(Side::Left, i, &key, 100 + i));
-        task.push(Side::Right, ev(Side::Right, i, &key, 100 + i));
+        task.push(Side::LEFT, ev(Side::LEFT, i, &key, 100 + i));
+        task.push(Side::RIGHT, ev(Side::RIGHT, i, &key, 100 + i));
     }
     // No time at all: the clock is read every 16 records, so each run takes 15 (it stops
     // before the 16th) and says it is full; 80 records take 6 runs.

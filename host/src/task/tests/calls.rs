@@ -7,8 +7,8 @@ use crate::event::Call;
 fn expiries_are_acted_on_once_the_window_closes() {
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "unpaid", 100));
-    task.push(Side::Right, ev(Side::Right, 0, "other", 111));
+    task.push(Side::LEFT, ev(Side::LEFT, 0, "unpaid", 100));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 0, "other", 111));
     let batch = task.run(0, &mut plugin);
     assert_eq!(values(&batch), ["out unpaid"]);
     assert_eq!(plugin.calls, ["expire unpaid 0"]);
@@ -100,24 +100,24 @@ fn run_mixed(action: &mut dyn Action, failure: FailurePolicy) -> MixedRun {
     let mut ts = 100;
     for (i, key) in keys.iter().enumerate() {
         let i = i as i64;
-        task.push(Side::Left, ev(Side::Left, i, key, ts));
-        task.push(Side::Right, ev(Side::Right, i, key, ts + 1));
+        task.push(Side::LEFT, ev(Side::LEFT, i, key, ts));
+        task.push(Side::RIGHT, ev(Side::RIGHT, i, key, ts + 1));
         ts += 2;
     }
-    let mut null_key = ev(Side::Left, keys.len() as i64, "", ts);
+    let mut null_key = ev(Side::LEFT, keys.len() as i64, "", ts);
     null_key.key = None;
-    task.push(Side::Left, null_key);
+    task.push(Side::LEFT, null_key);
     // Unmatched: expire once the right side moves 10 ms past them, in a run of expiries.
     for (j, key) in ["e1", "e2", "e3"].iter().enumerate() {
         task.push(
-            Side::Left,
-            ev(Side::Left, keys.len() as i64 + 1 + j as i64, key, ts + 1),
+            Side::LEFT,
+            ev(Side::LEFT, keys.len() as i64 + 1 + j as i64, key, ts + 1),
         );
     }
-    task.push(Side::Right, ev(Side::Right, keys.len() as i64, "late", 50));
+    task.push(Side::RIGHT, ev(Side::RIGHT, keys.len() as i64, "late", 50));
     task.push(
-        Side::Right,
-        ev(Side::Right, keys.len() as i64 + 1, "k9", ts + 40),
+        Side::RIGHT,
+        ev(Side::RIGHT, keys.len() as i64 + 1, "k9", ts + 40),
     );
     let mut waits = Vec::new();
     let mut emitted = Vec::new();

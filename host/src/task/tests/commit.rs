@@ -7,8 +7,8 @@ use super::*;
 fn a_match_is_produced_and_counts_as_processed_once_acknowledged() {
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "o1", 100));
-    task.push(Side::Right, ev(Side::Right, 0, "o1", 105));
+    task.push(Side::LEFT, ev(Side::LEFT, 0, "o1", 100));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 0, "o1", 105));
     let batch = task.run(0, &mut plugin);
     assert_eq!(values(&batch), ["out paid"]);
     // Not acknowledged yet: nothing may be committed past the records.
@@ -39,14 +39,14 @@ fn under_halt_a_failure_stops_the_task_and_freezes_its_commit_points() {
         FRESH,
     );
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "ok", 100));
-    task.push(Side::Right, ev(Side::Right, 0, "ok", 101));
+    task.push(Side::LEFT, ev(Side::LEFT, 0, "ok", 100));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 0, "ok", 101));
     let batch = task.run(0, &mut plugin);
     task.acknowledge(batch);
     let before = task.commit_points();
-    task.push(Side::Left, ev(Side::Left, 1, "bad2", 102));
-    task.push(Side::Right, ev(Side::Right, 1, "bad2", 103));
-    task.push(Side::Left, ev(Side::Left, 2, "later", 104));
+    task.push(Side::LEFT, ev(Side::LEFT, 1, "bad2", 102));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 1, "bad2", 103));
+    task.push(Side::LEFT, ev(Side::LEFT, 2, "later", 104));
     let batch = task.run(0, &mut plugin);
     assert!(batch.emits.is_empty());
     let reason = task.halted().expect("halted");
@@ -64,9 +64,9 @@ fn a_new_owner_rebuilds_state_from_replay_without_acting_twice() {
     let mut first = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
     let input = [
-        (Side::Left, ev(Side::Left, 0, "a", 100)),
-        (Side::Right, ev(Side::Right, 0, "a", 104)),
-        (Side::Left, ev(Side::Left, 1, "b", 106)),
+        (Side::LEFT, ev(Side::LEFT, 0, "a", 100)),
+        (Side::RIGHT, ev(Side::RIGHT, 0, "a", 104)),
+        (Side::LEFT, ev(Side::LEFT, 1, "b", 106)),
     ];
     for (side, e) in &input {
         first.push(*side, e.clone());
@@ -83,7 +83,7 @@ fn a_new_owner_rebuilds_state_from_replay_without_acting_twice() {
             second.push(*side, e.clone());
         }
     }
-    second.push(Side::Right, ev(Side::Right, 1, "b", 108));
+    second.push(Side::RIGHT, ev(Side::RIGHT, 1, "b", 108));
     let batch = second.run(0, &mut plugin2);
     assert_eq!(
         plugin2.calls,
@@ -98,8 +98,8 @@ fn a_new_owner_rebuilds_state_from_replay_without_acting_twice() {
 fn a_record_at_the_last_offset_does_not_wrap_the_commit_point() {
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, i64::MAX, "k", 100));
-    task.push(Side::Right, ev(Side::Right, i64::MAX, "k", 101));
+    task.push(Side::LEFT, ev(Side::LEFT, i64::MAX, "k", 100));
+    task.push(Side::RIGHT, ev(Side::RIGHT, i64::MAX, "k", 101));
     // Queued: the commit stays at the records, not at a next offset wrapped below them.
     assert_eq!(
         task.commit_points()

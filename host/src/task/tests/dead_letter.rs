@@ -7,17 +7,17 @@ fn null_keys_and_late_records_are_dead_lettered_and_tombstones_dropped_by_policy
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
     task.push(
-        Side::Left,
+        Side::LEFT,
         Event {
             key: None,
-            ..ev(Side::Left, 0, "", 100)
+            ..ev(Side::LEFT, 0, "", 100)
         },
     );
-    task.push(Side::Right, ev(Side::Right, 0, "k", 200));
-    task.push(Side::Right, ev(Side::Right, 1, "k", 150)); // late: 150 < 200 - 10
-    let mut tomb = ev(Side::Left, 1, "k", 201);
+    task.push(Side::RIGHT, ev(Side::RIGHT, 0, "k", 200));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 1, "k", 150)); // late: 150 < 200 - 10
+    let mut tomb = ev(Side::LEFT, 1, "k", 201);
     tomb.value = None;
-    task.push(Side::Left, tomb);
+    task.push(Side::LEFT, tomb);
     let batch = task.run(0, &mut plugin);
     assert_eq!(values(&batch), ["dlq NullKey [0]", "dlq Late [1]"]);
     assert_eq!(
@@ -36,8 +36,8 @@ fn an_output_to_an_input_topic_or_outside_the_allowed_ones_dead_letters_its_inpu
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
     for (offset, key) in [(0, "to:left"), (1, "to:audit")] {
-        task.push(Side::Left, ev(Side::Left, offset, key, 100));
-        task.push(Side::Right, ev(Side::Right, offset, key, 101));
+        task.push(Side::LEFT, ev(Side::LEFT, offset, key, 100));
+        task.push(Side::RIGHT, ev(Side::RIGHT, offset, key, 101));
     }
     let batch = task.run(0, &mut plugin);
     let v = values(&batch);
@@ -62,8 +62,8 @@ fn an_output_to_an_input_topic_or_outside_the_allowed_ones_dead_letters_its_inpu
         ..policy()
     };
     let mut task = PartitionTask::new(0, allowed, FRESH);
-    task.push(Side::Left, ev(Side::Left, 0, "to:audit", 100));
-    task.push(Side::Right, ev(Side::Right, 0, "to:audit", 101));
+    task.push(Side::LEFT, ev(Side::LEFT, 0, "to:audit", 100));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 0, "to:audit", 101));
     let v = values(&task.run(0, &mut plugin));
     assert!(
         v.len() == 1 && v[0].contains("not in output.allowed_topics"),
@@ -75,10 +75,10 @@ fn an_output_to_an_input_topic_or_outside_the_allowed_ones_dead_letters_its_inpu
 fn an_output_to_an_internal_repartition_topic_dead_letters_its_inputs() {
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "to:g-right-repartition", 100));
+    task.push(Side::LEFT, ev(Side::LEFT, 0, "to:g-right-repartition", 100));
     task.push(
-        Side::Right,
-        ev(Side::Right, 0, "to:g-right-repartition", 101),
+        Side::RIGHT,
+        ev(Side::RIGHT, 0, "to:g-right-repartition", 101),
     );
     let v = values(&task.run(0, &mut plugin));
     assert!(
@@ -96,8 +96,8 @@ fn under_halt_a_refused_output_stops_the_task_before_its_inputs_count_as_process
     };
     let mut task = PartitionTask::new(0, halt, FRESH);
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "to:right", 100));
-    task.push(Side::Right, ev(Side::Right, 0, "to:right", 101));
+    task.push(Side::LEFT, ev(Side::LEFT, 0, "to:right", 100));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 0, "to:right", 101));
     let batch = task.run(0, &mut plugin);
     assert!(batch.emits.is_empty());
     let reason = task.halted().expect("halted");

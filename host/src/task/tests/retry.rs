@@ -7,10 +7,10 @@ use super::*;
 fn a_failing_call_is_retried_with_backoff_then_dead_lettered_and_the_rest_goes_on() {
     let mut task = PartitionTask::new(0, policy(), FRESH);
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "bad1", 100));
-    task.push(Side::Right, ev(Side::Right, 0, "bad1", 101));
-    task.push(Side::Left, ev(Side::Left, 1, "ok", 102));
-    task.push(Side::Right, ev(Side::Right, 1, "ok", 103));
+    task.push(Side::LEFT, ev(Side::LEFT, 0, "bad1", 100));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 0, "bad1", 101));
+    task.push(Side::LEFT, ev(Side::LEFT, 1, "ok", 102));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 1, "ok", 103));
     let bad_calls = |plugin: &FakePlugin| {
         plugin
             .calls
@@ -97,8 +97,8 @@ fn the_backoff_doubles_up_to_its_cap() {
         FRESH,
     );
     let mut plugin = FakePlugin::default();
-    task.push(Side::Left, ev(Side::Left, 0, "bad", 100));
-    task.push(Side::Right, ev(Side::Right, 0, "bad", 101));
+    task.push(Side::LEFT, ev(Side::LEFT, 0, "bad", 100));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 0, "bad", 101));
     let mut now = 0;
     let mut waits = Vec::new();
     task.run(now, &mut plugin);
@@ -119,11 +119,11 @@ fn a_parked_record_holds_back_its_earlier_outputs_and_the_records_after_it() {
         fail_left: vec![1],
         ..FakePlugin::default()
     };
-    task.push(Side::Left, ev(Side::Left, 0, "k", 100));
-    task.push(Side::Left, ev(Side::Left, 1, "k", 101));
-    task.push(Side::Right, ev(Side::Right, 0, "k", 102));
-    task.push(Side::Right, ev(Side::Right, 1, "after", 103));
-    task.push(Side::Left, ev(Side::Left, 2, "after", 104));
+    task.push(Side::LEFT, ev(Side::LEFT, 0, "k", 100));
+    task.push(Side::LEFT, ev(Side::LEFT, 1, "k", 101));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 0, "k", 102));
+    task.push(Side::RIGHT, ev(Side::RIGHT, 1, "after", 103));
+    task.push(Side::LEFT, ev(Side::LEFT, 2, "after", 104));
     let batch = task.run(0, &mut plugin);
     // L0's output waits with its record: a record is produced whole.
     assert!(batch.emits.is_empty(), "{:?}", values(&batch));

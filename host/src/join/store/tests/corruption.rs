@@ -26,7 +26,7 @@ fn a_spilled_event_changed_on_disk_is_an_error_naming_the_file_never_a_wrong_eve
         .collect();
     let handles: Vec<Handle> = events
         .iter()
-        .map(|e| store.push(e, links(Side::Left)))
+        .map(|e| store.push(e, links(Side::LEFT)))
         .collect();
     let path = store.spill_paths()[0].clone();
     // The first event opens the first segment, at the start of the file.

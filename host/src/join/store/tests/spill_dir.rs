@@ -82,8 +82,8 @@ fn two_hosts_with_the_same_pid_get_their_own_directories_and_keep_their_own_even
     let mut handles_b = Vec::new();
     // Interleaved, as two hosts spill at the same time.
     for (ea, eb) in events_a.iter().zip(&events_b) {
-        handles_a.push(store_a.push(ea, links(Side::Left)));
-        handles_b.push(store_b.push(eb, links(Side::Left)));
+        handles_a.push(store_a.push(ea, links(Side::LEFT)));
+        handles_b.push(store_b.push(eb, links(Side::LEFT)));
     }
     let (paths_a, paths_b) = (store_a.spill_paths(), store_b.spill_paths());
     assert!(!paths_a.is_empty() && !paths_b.is_empty());

@@ -28,7 +28,7 @@ fn spilled_events_read_and_update_as_in_ram_and_their_files_go_when_they_die() {
         .collect();
     let handles: Vec<Handle> = events
         .iter()
-        .map(|e| store.push(e, links(Side::Left)))
+        .map(|e| store.push(e, links(Side::LEFT)))
         .collect();
     let stats = store.stats();
     assert!(stats.spilled_bytes_total > 0);
@@ -79,7 +79,7 @@ fn a_segment_read_back_is_whole_and_counted_and_dropping_the_store_deletes_its_f
     let (mut store, dir) = spilling_store(base.path());
     let handles: Vec<Handle> = (0..40)
         .map(|i| {
-            let mut l = links(Side::Right);
+            let mut l = links(Side::RIGHT);
             l.partner_offset = 1_000 + i;
             store.push(&event(i, b"k", Some(vec![1; 3_000]), Vec::new()), l)
         })
@@ -88,7 +88,7 @@ fn a_segment_read_back_is_whole_and_counted_and_dropping_the_store_deletes_its_f
     assert!(spilled > 0);
     // Spilled segments give lower bounds of what their events need, per side.
     let needs: Vec<(Side, i64)> = store.needs().flat_map(|n| n.offsets(|_| true)).collect();
-    assert!(needs.contains(&(Side::Right, 0)) && needs.contains(&(Side::Left, 1_000)));
+    assert!(needs.contains(&(Side::RIGHT, 0)) && needs.contains(&(Side::LEFT, 1_000)));
 
     store.read_back(handles[0]);
     let stats = store.stats();
@@ -108,7 +108,7 @@ fn a_segment_read_back_is_whole_and_counted_and_dropping_the_store_deletes_its_f
     // Read back segments are not spilled again: what stays on disk is released as read back.
     store.push(
         &event(40, b"k", Some(vec![1; 3_000]), Vec::new()),
-        links(Side::Left),
+        links(Side::LEFT),
     );
     assert_eq!(store.stats().spilled_bytes_total, spilled);
     assert_eq!(store.stats().disk_bytes, 0, "every segment was released");
@@ -121,7 +121,7 @@ fn a_segment_read_back_is_whole_and_counted_and_dropping_the_store_deletes_its_f
     for i in 0..40 {
         other.push(
             &event(i, b"k", Some(vec![1; 3_000]), Vec::new()),
-            links(Side::Left),
+            links(Side::LEFT),
         );
     }
     assert!(files_in(dir.path()) >= 1);
@@ -142,7 +142,7 @@ fn a_failed_spill_keeps_the_segment_in_ram_and_stops_spilling() {
         .collect();
     let handles: Vec<Handle> = events
         .iter()
-        .map(|e| store.push(e, links(Side::Left)))
+        .map(|e| store.push(e, links(Side::LEFT)))
         .collect();
     let stats = store.stats();
     assert_eq!(stats.spilled_bytes_total, 0);
