@@ -104,7 +104,7 @@ fn run(mode: &str, events: i64) {
             match o {
                 cojoin::join::JoinOutcome::Match { .. } => matches += 1,
                 cojoin::join::JoinOutcome::Expired { .. } => expiries += 1,
-                cojoin::join::JoinOutcome::Late { .. } => panic!("nothing is late"),
+                other => panic!("a two-topic join, nothing late: {other:?}"),
             }
         }
         inserted += 1;

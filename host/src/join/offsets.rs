@@ -87,7 +87,13 @@ impl ReplayBounds {
             JoinOutcome::Match { left, right } => {
                 self.is_replay(Side::LEFT, left.offset) && self.is_replay(Side::RIGHT, right.offset)
             }
-            JoinOutcome::Expired { .. } | JoinOutcome::Late { .. } => self.is_replay(side, offset),
+            JoinOutcome::MatchN { events } => events
+                .iter()
+                .enumerate()
+                .all(|(topic, e)| self.is_replay(Side::of(topic), e.offset)),
+            JoinOutcome::Expired { .. }
+            | JoinOutcome::Late { .. }
+            | JoinOutcome::ExpiredN { .. } => self.is_replay(side, offset),
         }
     }
 }

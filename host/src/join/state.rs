@@ -78,6 +78,16 @@ pub enum JoinOutcome {
     Expired { side: Side, event: Arc<Event> },
     /// The inserted event arrived after its window and grace had passed.
     Late { side: Side, event: Arc<Event> },
+    /// A join of three topics or more: one event of each topic, in topic order, to hand to
+    /// `on-match-n`.
+    MatchN { events: Vec<Arc<Event>> },
+    /// A `left` join of three topics or more: an event of the first topic whose window closed in
+    /// no match, with the partners it did find: `partners[j]`, the events of topic j + 1 within
+    /// its window held while it was (in arrival order), to hand to `on-expire-n`.
+    ExpiredN {
+        event: Arc<Event>,
+        partners: Vec<Vec<Arc<Event>>>,
+    },
 }
 
 /// Counted per held event on top of its bytes in the store: its share of the per-key table (a

@@ -37,6 +37,9 @@ impl Deferred {
                 side: *side,
             },
             JoinOutcome::Late { .. } => unreachable!("late records are rejected, not deferred"),
+            JoinOutcome::MatchN { .. } | JoinOutcome::ExpiredN { .. } => {
+                unreachable!("a task joins two topics until N-way tasks land (issue 32)")
+            }
         }
     }
 }
@@ -132,6 +135,9 @@ impl PartitionTask {
                 let result =
                     first.unwrap_or_else(|| action.on_expire(event.key_bytes(), event, *side));
                 (vec![event.clone()], result)
+            }
+            JoinOutcome::MatchN { .. } | JoinOutcome::ExpiredN { .. } => {
+                unreachable!("a task joins two topics until N-way tasks land (issue 32)")
             }
         };
         match result {

@@ -60,6 +60,15 @@ impl Parked {
                 JoinOutcome::Expired { side, event } | JoinOutcome::Late { side, event } => {
                     needs.push((*side, event.offset))
                 }
+                JoinOutcome::MatchN { events } => {
+                    needs.extend((events.iter().enumerate()).map(|(t, e)| (Side::of(t), e.offset)))
+                }
+                JoinOutcome::ExpiredN { event, partners } => {
+                    needs.push((Side::LEFT, event.offset));
+                    for (t, events) in partners.iter().enumerate() {
+                        needs.extend(events.iter().map(|e| (Side::of(t + 1), e.offset)));
+                    }
+                }
             }
         }
         let mut needs = self.made_from.clone();

@@ -282,6 +282,7 @@ proptest! {
                 }
                 JoinOutcome::Expired { event, .. } => format!("expired {}", event.offset),
                 JoinOutcome::Late { side, event } => format!("late {} {}", side.index(), event.offset),
+                other => panic!("a two-topic join gave {other:?}"),
             })
             .collect();
         prop_assert_eq!(multi, binary);

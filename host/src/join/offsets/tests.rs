@@ -44,6 +44,7 @@ fn seen(o: &JoinOutcome) -> Seen {
         JoinOutcome::Match { left, right } => Seen::Match(left.offset, right.offset),
         JoinOutcome::Expired { side, event } => Seen::Expired(*side == Side::LEFT, event.offset),
         JoinOutcome::Late { side, event } => Seen::Late(*side == Side::LEFT, event.offset),
+        other => panic!("a two-topic join gave {other:?}"),
     }
 }
 

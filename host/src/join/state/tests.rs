@@ -35,6 +35,7 @@ fn run(kind: JoinKind, input: &[(Side, &str, i64)]) -> Vec<String> {
             ),
             JoinOutcome::Expired { side, event } => format!("expire {side:?} {}", event.offset),
             JoinOutcome::Late { side, event } => format!("late {side:?} {}", event.offset),
+            other => panic!("a two-topic join gave {other:?}"),
         })
         .collect()
 }
@@ -235,6 +236,7 @@ proptest! {
             let events: Vec<&Event> = match o {
                 JoinOutcome::Match { left, right } => vec![left, right],
                 JoinOutcome::Expired { event, .. } | JoinOutcome::Late { event, .. } => vec![event],
+                    other => panic!("a two-topic join gave {other:?}"),
             };
             for e in events {
                 prop_assert_eq!(e, &input_event(e.offset as usize));
@@ -243,6 +245,7 @@ proptest! {
                 JoinOutcome::Match { left, right } => matches.push((left.offset as usize, right.offset as usize)),
                 JoinOutcome::Expired { event, .. } => expired.push(event.offset as usize),
                 JoinOutcome::Late { event, .. } => late.push(event.offset as usize),
+                    other => panic!("a two-topic join gave {other:?}"),
             }
         }
         let (mut want_m, mut want_e, want_l) = reference(kind, &input);
