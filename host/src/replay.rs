@@ -89,7 +89,7 @@ pub fn replay(
         tasks
             .entry(partition)
             .or_insert_with(|| {
-                let mut task = PartitionTask::new(partition, policy.clone(), start);
+                let mut task = PartitionTask::new(partition, policy.clone(), &start);
                 task.set_wall_clock(wall_clock);
                 task
             })

@@ -1,9 +1,10 @@
-//! Which of a task's two partitions to take the next record from.
+//! Which of a task's partitions (one per topic of the join) to take the next record from.
 //!
-//! As Kafka Streams does, a task takes the record with the smaller timestamp while both partitions
-//! have data buffered, so a partition fetched ahead of the other does not make the other's records
-//! look late and results do not depend on fetch timing. When one side has nothing buffered the task
-//! waits up to `max_idle_ms` (Kafka Streams' `max.task.idle.ms`) for it, then goes on with the other
+//! As Kafka Streams does, a task takes the record with the smallest timestamp while every partition
+//! has data buffered, so a partition fetched ahead of the other does not make the other's records
+//! look late and results do not depend on fetch timing. When a side has nothing buffered the task
+//! waits up to `max_idle_ms` (Kafka Streams' `max.task.idle.ms`) for it, then goes on with the others
+//! (with three topics or more, every empty side is judged so, and all must let the task go on)
 //! — unless the empty side may have records on the broker that were not fetched yet: its end offset
 //! (from the consumer's last fetch response) is past the next offset to arrive, or not known yet
 //! because nothing was fetched. Then the task waits for them as Kafka Streams does since KIP-695:
@@ -46,7 +47,7 @@
 
 use std::collections::VecDeque;
 
-use crate::event::{Event, Side};
+use crate::event::{Event, Side, MAX_TOPICS};
 
 /// The longest a task waits for a side whose known backlog does not arrive.
 pub const BACKLOG_WAIT_MS: i64 = 30_000;
@@ -83,48 +84,104 @@ pub enum EndOffset {
     Known(i64),
 }
 
+/// One side's records and what the queue knows of its partition.
+struct Lane {
+    queue: VecDeque<Queued>,
+    /// Records at or below this offset are replay; `None` when there is none (left).
+    replay_through: Option<i64>,
+    /// The next offset that will arrive (last pushed + 1), if known.
+    next_offset: Option<i64>,
+    /// The partition's end offset (high watermark) as last seen by the consumer.
+    end_offset: EndOffset,
+    /// See [`TaskQueue::set_end_offset_floor`].
+    end_floor: i64,
+    /// The next offset at which waiting for the backlog was given up; the backlog is ignored
+    /// until the side moves on.
+    backlog_given_up_at: Option<i64>,
+    /// The end offset the broker gave when asked ([`TaskQueue::confirm_end_offset`]).
+    broker_end: Option<i64>,
+    /// The broker answered that it has nothing past the next offset: the next offset then, and
+    /// how many records each side had been pushed then (those may go on).
+    confirmed: Option<(Option<i64>, Vec<u64>)>,
+    /// The last ask was not answered, and since when (the clock of the `choose` that first saw
+    /// it); cleared by an answer or a record of this side.
+    unanswered: bool,
+    unanswered_since: Option<i64>,
+    /// Records pushed so far.
+    pushed: u64,
+    /// The latest timestamp of a record pushed to join (see [`TaskQueue::within_idle_of`]).
+    latest_ts: Option<i64>,
+    /// Bytes of the queued events.
+    bytes: usize,
+    /// Fetching is paused for backpressure.
+    paused: bool,
+}
+
+impl Lane {
+    fn new() -> Self {
+        Lane {
+            queue: VecDeque::new(),
+            replay_through: None,
+            next_offset: None,
+            end_offset: EndOffset::Untracked,
+            end_floor: 0,
+            backlog_given_up_at: None,
+            broker_end: None,
+            confirmed: None,
+            unanswered: false,
+            unanswered_since: None,
+            pushed: 0,
+            latest_ts: None,
+            bytes: 0,
+            paused: false,
+        }
+    }
+
+    fn is_replay(&self, offset: i64) -> bool {
+        self.replay_through.is_some_and(|t| offset <= t)
+    }
+
+    fn front_is_replay(&self) -> bool {
+        self.queue
+            .front()
+            .is_some_and(|q| self.is_replay(q.event.offset))
+    }
+
+    /// Replay records that have not been pushed yet.
+    fn replay_outstanding(&self) -> bool {
+        match (self.replay_through, self.next_offset) {
+            (Some(through), Some(next)) => next <= through,
+            _ => false,
+        }
+    }
+
+    /// Whether the partition may have records on the broker that have not been pushed yet.
+    fn has_backlog(&self) -> bool {
+        let next = self.next_offset;
+        let backlog = match (self.end_offset, next) {
+            (EndOffset::Untracked, _) => false,
+            (EndOffset::Known(end), Some(next)) => {
+                end > next || self.broker_end.is_some_and(|b| b > next)
+            }
+            (EndOffset::Known(_), None) | (EndOffset::Unknown, _) => true,
+        };
+        backlog && self.backlog_given_up_at != next
+    }
+}
+
 pub struct TaskQueue {
-    left: VecDeque<Queued>,
-    right: VecDeque<Queued>,
+    lanes: Vec<Lane>,
     max_idle_ms: i64,
-    /// When the task started waiting for an empty side. Kept while that side stays empty: once
-    /// it has been waited for `max_idle_ms`, the other side's records go on without a new wait
-    /// each (as Kafka Streams' enforced processing); reset when both sides have records, or none.
+    /// When the task started waiting for an empty side. Kept while a side stays empty: once it
+    /// has been waited for `max_idle_ms`, the other sides' records go on without a new wait each
+    /// (as Kafka Streams' enforced processing); reset when every side has records, or none.
     idle_since: Option<i64>,
-    /// Per side: records at or below this offset are replay; `None` when there is none (left).
-    replay_through: [Option<i64>; 2],
-    /// Per side: the next offset that will arrive (last pushed + 1), if known.
-    next_offset: [Option<i64>; 2],
-    /// Per side: the partition's end offset (high watermark) as last seen by the consumer.
-    end_offset: [EndOffset; 2],
-    /// Per side: see [`TaskQueue::set_end_offset_floor`].
-    end_floor: [i64; 2],
-    /// Per side: the next offset at which waiting for the backlog was given up; the backlog is
-    /// ignored until that side moves on.
-    backlog_given_up_at: [Option<i64>; 2],
-    /// Per side: the end offset the broker gave when asked ([`TaskQueue::confirm_end_offset`]).
-    broker_end: [Option<i64>; 2],
     /// Per side: waits for the broker's end offset before the task goes on without it.
-    wants_end: [bool; 2],
-    /// Per side: the broker answered that it has nothing past the next offset (the next offset
-    /// then, and how many records the other side had been pushed then: those may go on).
-    confirmed: [Option<(Option<i64>, u64)>; 2],
-    /// Per side: the last ask was not answered, and since when (the clock of the `choose` that
-    /// first saw it); cleared by an answer or a record of that side.
-    unanswered: [bool; 2],
-    unanswered_since: [Option<i64>; 2],
-    /// Per side: records pushed so far.
-    pushed: [u64; 2],
-    /// Per side: the latest timestamp of a record pushed to join (see [`TaskQueue::within_idle_of`]).
-    latest_ts: [Option<i64>; 2],
+    wants_end: Vec<bool>,
     /// How far in event time past an empty side's latest record a record may go without the
     /// idle wait: `max_idle`, less than the join's retention (see [`TaskQueue::set_retention`]).
     ahead_ms: i64,
-    /// Per side: bytes of the queued events.
-    bytes: [usize; 2],
-    /// Per side: fetching is paused for backpressure.
-    paused: [bool; 2],
-    /// The most bytes both sides held at once.
+    /// The most bytes all sides held at once.
     peak_bytes: usize,
     /// Since when records are queued and none may be taken (a wait for a side), and the
     /// milliseconds of the waits that ended.
@@ -133,44 +190,58 @@ pub struct TaskQueue {
 }
 
 impl TaskQueue {
+    /// The queue of a two-topic join.
     pub fn new(max_idle_ms: i64) -> Self {
+        TaskQueue::with_sides(2, max_idle_ms)
+    }
+
+    /// The queue of a join of `sides` topics.
+    pub fn with_sides(sides: usize, max_idle_ms: i64) -> Self {
+        assert!(
+            (2..=MAX_TOPICS).contains(&sides),
+            "a join takes 2 to {MAX_TOPICS} topics, not {sides}"
+        );
         TaskQueue {
-            left: VecDeque::new(),
-            right: VecDeque::new(),
+            lanes: (0..sides).map(|_| Lane::new()).collect(),
             max_idle_ms,
             idle_since: None,
-            replay_through: [None, None],
-            next_offset: [None, None],
-            end_offset: [EndOffset::Untracked; 2],
-            end_floor: [0; 2],
-            backlog_given_up_at: [None, None],
-            broker_end: [None, None],
-            wants_end: [false; 2],
-            confirmed: [None, None],
-            unanswered: [false; 2],
-            unanswered_since: [None, None],
-            latest_ts: [None, None],
+            wants_end: vec![false; sides],
             ahead_ms: max_idle_ms,
-            pushed: [0; 2],
-            bytes: [0; 2],
-            paused: [false; 2],
             peak_bytes: 0,
             waiting_since: None,
             waited_ms: 0,
         }
     }
 
+    /// How many topics the join takes.
+    pub fn sides(&self) -> usize {
+        self.lanes.len()
+    }
+
+    fn lane(&self, side: Side) -> &Lane {
+        &self.lanes[side.index()]
+    }
+
+    fn lane_mut(&mut self, side: Side) -> &mut Lane {
+        &mut self.lanes[side.index()]
+    }
+
     /// Bytes of `side`'s queued events ([`Event::footprint`]).
     pub fn bytes(&self, side: Side) -> usize {
-        self.bytes[side.index()]
+        self.lane(side).bytes
+    }
+
+    /// Bytes of every side's queued events.
+    pub fn total_bytes(&self) -> usize {
+        self.lanes.iter().map(|l| l.bytes).sum()
     }
 
     /// Marks `side` as paused for backpressure, or not: an empty paused side is waited for.
     pub fn set_paused(&mut self, side: Side, paused: bool) {
-        self.paused[side.index()] = paused;
+        self.lane_mut(side).paused = paused;
     }
 
-    /// The most bytes both sides held at once so far.
+    /// The most bytes all sides held at once so far.
     pub fn peak_bytes(&self) -> usize {
         self.peak_bytes
     }
@@ -182,26 +253,27 @@ impl TaskQueue {
     }
 
     pub fn is_paused(&self, side: Side) -> bool {
-        self.paused[side.index()]
+        self.lane(side).paused
     }
 
     /// Declares that records of `side` up to `offset` (inclusive) were processed by a previous
     /// owner and that consumption restarts at `start`.
     pub fn set_replay(&mut self, side: Side, start: i64, through: Option<i64>) {
-        self.next_offset[side.index()] = Some(start);
-        self.replay_through[side.index()] = through.filter(|&t| t >= start);
+        let lane = self.lane_mut(side);
+        lane.next_offset = Some(start);
+        lane.replay_through = through.filter(|&t| t >= start);
     }
 
     /// Whether `event` of `side` is replay (already processed by a previous owner).
     pub fn is_replay(&self, side: Side, offset: i64) -> bool {
-        self.replay_through[side.index()].is_some_and(|t| offset <= t)
+        self.lane(side).is_replay(offset)
     }
 
     /// The end offset the broker reported when the task was assigned. The consumer's cached end
     /// offsets can predate the assignment (kept from an earlier one); a report below this floor is
     /// such a stale one and counts as unknown.
     pub fn set_end_offset_floor(&mut self, side: Side, floor: i64) {
-        self.end_floor[side.index()] = floor;
+        self.lane_mut(side).end_floor = floor;
     }
 
     /// The consumer's position on `side`'s partition, reported while every record it polled of
@@ -211,7 +283,7 @@ impl TaskQueue {
     /// waited for up to [`BACKLOG_WAIT_MS`] (measured: an upstream committing every 10 ms made
     /// the tasks of `make bench-latency` wait most of their time).
     pub fn set_position(&mut self, side: Side, position: i64) {
-        let next = &mut self.next_offset[side.index()];
+        let next = &mut self.lane_mut(side).next_offset;
         if next.is_some_and(|n| position > n) {
             *next = Some(position);
         }
@@ -226,32 +298,18 @@ impl TaskQueue {
     /// The end offset (high watermark) of `side`'s partition as the consumer last saw it in a
     /// fetch response; `None` while it has seen none.
     pub fn set_end_offset(&mut self, side: Side, end: Option<i64>) {
-        let i = side.index();
-        self.end_offset[i] = match end.filter(|&e| e >= self.end_floor[i]) {
+        let lane = self.lane_mut(side);
+        lane.end_offset = match end.filter(|&e| e >= lane.end_floor) {
             Some(e) => EndOffset::Known(e),
             None => EndOffset::Unknown,
         };
     }
 
-    /// Whether `side` may have records on the broker that have not been pushed yet.
-    fn has_backlog(&self, side: Side) -> bool {
-        let i = side.index();
-        let next = self.next_offset[i];
-        let backlog = match (self.end_offset[i], next) {
-            (EndOffset::Untracked, _) => false,
-            (EndOffset::Known(end), Some(next)) => {
-                end > next || self.broker_end[i].is_some_and(|b| b > next)
-            }
-            (EndOffset::Known(_), None) | (EndOffset::Unknown, _) => true,
-        };
-        backlog && self.backlog_given_up_at[i] != next
-    }
-
-    /// Sides the task would go on without, and waits to hear from the broker about first: is
-    /// there nothing more on it than what was pushed? Answer with
+    /// Per side, whether the task would go on without it and waits to hear from the broker
+    /// about it first: is there nothing more on it than what was pushed? Answer with
     /// [`TaskQueue::confirm_end_offset`].
-    pub fn end_offsets_wanted(&self) -> [bool; 2] {
-        self.wants_end
+    pub fn end_offsets_wanted(&self) -> &[bool] {
+        &self.wants_end
     }
 
     /// The broker's end offset of `side`'s partition, asked now (`None`: no answer; the task
@@ -259,33 +317,33 @@ impl TaskQueue {
     /// waited for (as a known backlog, bounded by [`BACKLOG_WAIT_MS`]); else the side is caught
     /// up and the task goes on without it for the rest of this wait.
     pub fn confirm_end_offset(&mut self, side: Side, end: Option<i64>) {
-        let i = side.index();
-        let next = self.next_offset[i];
-        self.wants_end[i] = false;
+        let pushed: Vec<u64> = self.lanes.iter().map(|l| l.pushed).collect();
+        self.wants_end[side.index()] = false;
+        let lane = self.lane_mut(side);
         let Some(end) = end else {
-            self.unanswered[i] = true;
+            lane.unanswered = true;
             return;
         };
-        self.unanswered[i] = false;
-        self.unanswered_since[i] = None;
-        match next {
-            Some(next) if end > next => self.broker_end[i] = Some(end),
-            _ => self.confirmed[i] = Some((next, self.pushed[1 - i])),
+        lane.unanswered = false;
+        lane.unanswered_since = None;
+        match lane.next_offset {
+            Some(next) if end > next => lane.broker_end = Some(end),
+            next => lane.confirmed = Some((next, pushed)),
         }
     }
 
-    /// Whether going on without the empty `side` waits for the broker's word first: its end is
-    /// tracked, and the broker has not said that nothing more is there since the other side's
-    /// front record was queued.
-    fn unconfirmed(&self, side: Side) -> bool {
-        let i = side.index();
-        let Some(front) = self.queue_ref(side.opposite()).front() else {
+    /// Whether going on with `chosen` without the empty `side` waits for the broker's word
+    /// first: its end is tracked, and the broker has not said that nothing more is there since
+    /// `chosen`'s front record was queued.
+    fn unconfirmed(&self, side: Side, chosen: Side) -> bool {
+        let lane = self.lane(side);
+        let Some(front) = self.lane(chosen).queue.front() else {
             return false;
         };
-        let said = |&(next, pushed): &(Option<i64>, u64)| {
-            next == self.next_offset[i] && front.seq < pushed
+        let said = |(next, pushed): &(Option<i64>, Vec<u64>)| {
+            *next == lane.next_offset && front.seq < pushed[chosen.index()]
         };
-        self.end_offset[i] != EndOffset::Untracked && !self.confirmed[i].as_ref().is_some_and(said)
+        lane.end_offset != EndOffset::Untracked && !lane.confirmed.as_ref().is_some_and(said)
     }
 
     pub fn push(&mut self, side: Side, event: Event) {
@@ -294,29 +352,30 @@ impl TaskQueue {
 
     /// Buffers a record; [`TaskQueue::next_record`] hands it back with its admission.
     pub fn push_admitted(&mut self, side: Side, event: Event, admission: Admission) {
-        // Saturating: a recording (`plugin test`) may give any offset, i64::MAX too.
-        self.next_offset[side.index()] = Some(event.offset.saturating_add(1));
-        self.unanswered[side.index()] = false;
-        self.unanswered_since[side.index()] = None;
         let bytes = event.footprint();
-        self.bytes[side.index()] += bytes;
+        let lane = self.lane_mut(side);
+        // Saturating: a recording (`plugin test`) may give any offset, i64::MAX too.
+        lane.next_offset = Some(event.offset.saturating_add(1));
+        lane.unanswered = false;
+        lane.unanswered_since = None;
+        lane.bytes += bytes;
         if admission == Admission::Join {
-            let latest = &mut self.latest_ts[side.index()];
+            let latest = &mut lane.latest_ts;
             *latest = Some(latest.map_or(event.timestamp, |t| t.max(event.timestamp)));
         }
-        let seq = self.pushed[side.index()];
-        self.pushed[side.index()] += 1;
-        self.peak_bytes = self.peak_bytes.max(self.bytes[0] + self.bytes[1]);
-        self.queue(side).push_back(Queued {
+        let seq = lane.pushed;
+        lane.pushed += 1;
+        lane.queue.push_back(Queued {
             event,
             admission,
             bytes,
             seq,
         });
+        self.peak_bytes = self.peak_bytes.max(self.total_bytes());
     }
 
     pub fn len(&self) -> usize {
-        self.left.len() + self.right.len()
+        self.lanes.iter().map(|l| l.queue.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -325,38 +384,7 @@ impl TaskQueue {
 
     /// Smallest buffered offset of `side`: not yet processed, so not committable.
     pub fn first_offset(&self, side: Side) -> Option<i64> {
-        self.queue_ref(side).front().map(|q| q.event.offset)
-    }
-
-    fn queue(&mut self, side: Side) -> &mut VecDeque<Queued> {
-        match side {
-            Side::LEFT => &mut self.left,
-            _ => &mut self.right,
-        }
-    }
-
-    fn queue_ref(&self, side: Side) -> &VecDeque<Queued> {
-        match side {
-            Side::LEFT => &self.left,
-            _ => &self.right,
-        }
-    }
-
-    /// Replay records of `side` that have not been pushed yet.
-    fn replay_outstanding(&self, side: Side) -> bool {
-        match (
-            self.replay_through[side.index()],
-            self.next_offset[side.index()],
-        ) {
-            (Some(through), Some(next)) => next <= through,
-            _ => false,
-        }
-    }
-
-    fn front_is_replay(&self, side: Side) -> bool {
-        self.queue_ref(side)
-            .front()
-            .is_some_and(|q| self.is_replay(side, q.event.offset))
+        self.lane(side).queue.front().map(|q| q.event.offset)
     }
 
     /// The next record to process, if one may be taken at `now_ms`.
@@ -378,89 +406,104 @@ impl TaskQueue {
         if let Some(since) = self.waiting_since.take() {
             self.waited_ms += (now_ms - since).max(0);
         }
-        let q = self
-            .queue(side)
-            .pop_front()
-            .expect("chosen side is non-empty");
-        self.bytes[side.index()] -= q.bytes;
+        let lane = self.lane_mut(side);
+        let q = lane.queue.pop_front().expect("chosen side is non-empty");
+        lane.bytes -= q.bytes;
         Some((side, q.event, q.admission))
+    }
+
+    fn sides_iter(&self) -> impl Iterator<Item = Side> + Clone {
+        Side::all(self.lanes.len())
     }
 
     fn choose(&mut self, now_ms: i64) -> Option<Side> {
         // Asked again below if this choice still needs the broker's word.
-        self.wants_end = [false; 2];
+        self.wants_end.fill(false);
         // A record that will not join is taken as soon as it is at the front, live and in replay
         // alike, so that a replay takes the records in the order the previous owner did.
-        for side in [Side::LEFT, Side::RIGHT] {
-            if self
-                .queue_ref(side)
+        let not_joining = self.sides_iter().find(|&s| {
+            self.lane(s)
+                .queue
                 .front()
                 .is_some_and(|q| q.admission != Admission::Join)
+        });
+        if not_joining.is_some() {
+            return not_joining;
+        }
+        // Replay first: a replay record goes before any new one, on every side.
+        let replaying = |l: &Lane| l.front_is_replay() || l.replay_outstanding();
+        if self.lanes.iter().any(replaying) {
+            // A side's replay records still to be fetched exist (the previous owner read them),
+            // so they are waited for: replay in timestamp order rebuilds the same
+            // matched/unmatched state the previous owner had.
+            if self
+                .lanes
+                .iter()
+                .any(|l| !l.front_is_replay() && l.replay_outstanding())
             {
-                return Some(side);
+                return None;
             }
+            return self.oldest(Lane::front_is_replay);
         }
-        // Replay first: a replay record goes before any new one, on either side.
-        let replay = [Side::LEFT, Side::RIGHT].map(|s| self.front_is_replay(s));
-        let pending = [Side::LEFT, Side::RIGHT].map(|s| self.replay_outstanding(s));
-        if replay[0] || replay[1] || pending[0] || pending[1] {
-            return match (replay[0], replay[1]) {
-                (true, true) => Some(self.older()),
-                (true, false) if !pending[1] => Some(Side::LEFT),
-                (false, true) if !pending[0] => Some(Side::RIGHT),
-                // The other side's replay records are still to be fetched. They exist (the
-                // previous owner read them), so wait for them: replay in timestamp order rebuilds
-                // the same matched/unmatched state the previous owner had.
-                _ => None,
-            };
+        let Some(side) = self.oldest(|l| !l.queue.is_empty()) else {
+            self.idle_since = None;
+            return None;
+        };
+        let empty: Vec<Side> = self
+            .sides_iter()
+            .filter(|&s| self.lane(s).queue.is_empty())
+            .collect();
+        if empty.is_empty() {
+            self.idle_since = None;
+            return Some(side);
         }
-        match (self.left.front(), self.right.front()) {
-            (Some(_), Some(_)) => {
-                self.idle_since = None;
-                Some(self.older())
-            }
-            (None, None) => {
-                self.idle_since = None;
-                None
-            }
-            (Some(_), None) | (None, Some(_)) => {
-                let (side, empty) = if self.left.is_empty() {
-                    (Side::RIGHT, Side::LEFT)
-                } else {
-                    (Side::LEFT, Side::RIGHT)
-                };
-                if self.paused[empty.index()] {
-                    // Its records are on the broker, not absent: wait, without a timeout.
-                    self.idle_since = None;
-                    return None;
-                }
-                let waited = now_ms - *self.idle_since.get_or_insert(now_ms);
-                let i = empty.index();
-                if self.has_backlog(empty) {
-                    if waited < BACKLOG_WAIT_MS.max(self.max_idle_ms) {
-                        return None;
-                    }
-                    // Give up on this backlog until the side moves on (`None`: nothing fetched),
-                    // without asking the broker again.
-                    self.backlog_given_up_at[i] = self.next_offset[i];
-                    self.confirmed[i] = Some((self.next_offset[i], u64::MAX));
-                }
-                if waited < self.max_idle_ms && !self.within_idle_of(side, empty) {
-                    return None;
-                }
-                if self.unconfirmed(empty) {
-                    let unanswered_for = self.unanswered[i]
-                        .then(|| now_ms - *self.unanswered_since[i].get_or_insert(now_ms));
-                    if unanswered_for.is_none_or(|t| t < BACKLOG_WAIT_MS) {
-                        self.wants_end[i] = true;
-                        return None;
-                    }
-                    // Given up asking until the side moves on, as a backlog that never comes.
-                    self.confirmed[i] = Some((self.next_offset[i], u64::MAX));
-                }
-                Some(side)
-            }
+        if empty.iter().any(|&e| self.lane(e).paused) {
+            // Its records are on the broker, not absent: wait, without a timeout.
+            self.idle_since = None;
+            return None;
         }
+        let waited = now_ms - *self.idle_since.get_or_insert(now_ms);
+        let mut go_on = true;
+        for e in empty {
+            go_on &= self.may_go_without(e, side, waited, now_ms);
+        }
+        go_on.then_some(side)
+    }
+
+    /// Whether the task may go on with `side`'s front record without the empty side `empty`,
+    /// having waited `waited` ms for it: not while that side has a backlog on the broker
+    /// (bounded), nor within `max_idle` unless the record is close behind that side's latest,
+    /// nor before the broker said it holds nothing more of it (asked through `wants_end`).
+    fn may_go_without(&mut self, empty: Side, side: Side, waited: i64, now_ms: i64) -> bool {
+        let i = empty.index();
+        let max_idle_ms = self.max_idle_ms;
+        let sides = self.lanes.len();
+        if self.lanes[i].has_backlog() {
+            if waited < BACKLOG_WAIT_MS.max(max_idle_ms) {
+                return false;
+            }
+            // Give up on this backlog until the side moves on (`None`: nothing fetched),
+            // without asking the broker again.
+            let lane = &mut self.lanes[i];
+            lane.backlog_given_up_at = lane.next_offset;
+            lane.confirmed = Some((lane.next_offset, vec![u64::MAX; sides]));
+        }
+        if waited < max_idle_ms && !self.within_idle_of(side, empty) {
+            return false;
+        }
+        if self.unconfirmed(empty, side) {
+            let lane = &mut self.lanes[i];
+            let unanswered_for = lane
+                .unanswered
+                .then(|| now_ms - *lane.unanswered_since.get_or_insert(now_ms));
+            if unanswered_for.is_none_or(|t| t < BACKLOG_WAIT_MS) {
+                self.wants_end[i] = true;
+                return false;
+            }
+            // Given up asking until the side moves on, as a backlog that never comes.
+            lane.confirmed = Some((lane.next_offset, vec![u64::MAX; sides]));
+        }
+        true
     }
 
     /// Whether `side`'s front record is stamped at most `max_idle` after the latest record of
@@ -473,25 +516,25 @@ impl TaskQueue {
     /// ahead, as in a backlog replayed faster than real time (where a few ms of producer skew
     /// is seconds of event time), waits `max_idle` as before.
     fn within_idle_of(&self, side: Side, empty: Side) -> bool {
-        let i = empty.index();
-        if self.end_offset[i] == EndOffset::Untracked {
+        let empty = self.lane(empty);
+        if empty.end_offset == EndOffset::Untracked {
             return false;
         }
-        let front = self.queue_ref(side).front().map(|q| q.event.timestamp);
-        match (front, self.latest_ts[i]) {
+        let front = self.lane(side).queue.front().map(|q| q.event.timestamp);
+        match (front, empty.latest_ts) {
             (Some(ts), Some(latest)) => ts <= latest.saturating_add(self.ahead_ms),
             _ => false,
         }
     }
 
-    /// The side whose front record is older; the left side on a tie.
-    fn older(&self) -> Side {
-        let l = self.left.front().map(|q| q.event.timestamp);
-        let r = self.right.front().map(|q| q.event.timestamp);
-        match (l, r) {
-            (Some(l), Some(r)) if r < l => Side::RIGHT,
-            _ => Side::LEFT,
-        }
+    /// Of the sides `which` picks, the one whose front record is oldest; the first such side
+    /// (in topic order) on a tie.
+    fn oldest(&self, which: impl Fn(&Lane) -> bool) -> Option<Side> {
+        self.sides_iter()
+            .filter(|&s| which(self.lane(s)))
+            .filter_map(|s| self.lane(s).queue.front().map(|q| (q.event.timestamp, s)))
+            .min()
+            .map(|(_, s)| s)
     }
 }
 

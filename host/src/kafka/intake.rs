@@ -422,7 +422,7 @@ impl Intake {
     }
 
     /// Records what task p would commit now; the next commit (or a revoke) commits it.
-    pub fn publish(&self, p: i32, points: [CommitPoint; 2]) {
+    pub fn publish(&self, p: i32, points: &[CommitPoint]) {
         self.source.publish(p, points);
     }
 
@@ -465,7 +465,7 @@ impl Intake {
             self.ahead.forget(p);
             self.paused.clear_task(p);
             tasks.start(p, start, ends[&p]);
-            self.source.publish(p, start);
+            self.source.publish(p, &start);
         }
         Ok(())
     }

@@ -59,10 +59,10 @@ impl Host {
             task.set_batch_budget(2 * marks.high);
             task.set_time_budget(ROUND_TASK_TIME);
             task.set_wall_clock(wall_clock);
-            task.set_end_offsets(intake.end_offsets_seen(task.partition));
+            task.set_end_offsets(&intake.end_offsets_seen(task.partition));
             let p = task.partition;
-            task.set_positions([Side::LEFT, Side::RIGHT].map(|s| positions.get(&(p, s)).copied()));
-            task.set_backpressured(intake.backpressured(task.partition));
+            task.set_positions(&[Side::LEFT, Side::RIGHT].map(|s| positions.get(&(p, s)).copied()));
+            task.set_backpressured(&intake.backpressured(task.partition));
             running.push(task);
         }
         // Meanwhile this thread polls the next round's records.
@@ -122,7 +122,7 @@ impl Host {
         }
         for (p, task) in run.tasks.map.iter_mut() {
             if !revoked.contains(p) {
-                intake.publish(*p, task.commit_points());
+                intake.publish(*p, &task.commit_points());
             }
         }
         intake.resume_drained(&run.tasks)?;

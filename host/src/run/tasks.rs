@@ -80,11 +80,11 @@ impl Tasks for Held {
     }
 
     fn start(&mut self, p: i32, start: [CommitPoint; 2], end_offsets: [i64; 2]) {
-        let mut task = PartitionTask::new(p, self.policy.clone(), start);
+        let mut task = PartitionTask::new(p, self.policy.clone(), &start);
         task.set_wall_clock(crate::clock::now_ms() as i64);
         // The consumer's cached end offsets may predate this assignment (kept from an earlier
         // one): the broker's answer now is the floor below which they are not trusted.
-        task.set_end_offset_floors(end_offsets);
+        task.set_end_offset_floors(&end_offsets);
         task.spill_to(self.spill.clone());
         self.map.insert(p, task);
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::DeadLetter;
-use crate::event::{Event, OutputRecord, Side};
+use crate::event::{Event, OutputRecord, Side, MAX_TOPICS};
 
 /// Something to produce.
 #[derive(Clone, Debug)]
@@ -19,11 +19,15 @@ pub enum Emit {
     DeadLetter(DeadLetter),
 }
 
+/// An offset per side of the join (unused beyond its topics): a fixed array, copied per record
+/// into a [`RunPoint`] without an allocation.
+pub(super) type PerSide = [Option<i64>; MAX_TOPICS];
+
 /// What one `run` produced; acknowledge it once every emit is durable.
 #[derive(Debug, Default)]
 pub struct Batch {
     pub emits: Vec<Emit>,
-    pub(super) through: [Option<i64>; 2],
+    pub(super) through: PerSide,
     /// What the emits take in memory, about (their records and input events).
     pub(super) bytes: usize,
     /// The run stopped at its budget: the task may have more records to take now.
@@ -62,9 +66,9 @@ impl Batch {
 /// back the batch too: the emits of the record, made before its failed call, wait with it.
 #[derive(Clone, Copy)]
 pub(super) struct RunPoint {
-    pub(super) through: [Option<i64>; 2],
-    pub(super) pending: [Option<i64>; 2],
-    pub(super) pending_from: [Option<i64>; 2],
+    pub(super) through: PerSide,
+    pub(super) pending: PerSide,
+    pub(super) pending_from: PerSide,
     /// The batch's emits, bytes and sources then.
     pub(super) emits: usize,
     pub(super) bytes: usize,

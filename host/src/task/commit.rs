@@ -38,7 +38,7 @@ impl PartitionTask {
 
     /// The batch's emits are durable: its records now count as processed.
     pub fn acknowledge(&mut self, batch: Batch) {
-        for i in 0..2 {
+        for i in 0..self.next_offset.len() {
             if let Some(through) = batch.through[i] {
                 self.acknowledged[i] = self.acknowledged[i].max(Some(through));
                 if self.pending[i] == Some(through) {
@@ -49,25 +49,29 @@ impl PartitionTask {
         }
     }
 
-    /// What to commit for the left and the right partition now. A parked task's points stay at
-    /// or before what it holds back (its record, the records after it, the events of its calls).
-    pub fn commit_points(&mut self) -> [CommitPoint; 2] {
+    /// What to commit for each partition (one per topic, in the join's order) now. A parked
+    /// task's points stay at or before what it holds back (its record, the records after it, the
+    /// events of its calls).
+    pub fn commit_points(&mut self) -> Vec<CommitPoint> {
         if self.halted.is_some() {
-            return self.last_points;
+            return self.last_points.clone();
         }
         let parked = self.parked.as_ref().map(Parked::needs).unwrap_or_default();
-        self.last_points = [Side::LEFT, Side::RIGHT].map(|side| {
-            let i = side.index();
-            let needed = self
-                .state
-                .needed_offsets()
-                .chain(parked.iter().copied())
-                .filter(|(s, _)| *s == side)
-                .map(|(_, o)| o)
-                .chain(self.queue.first_offset(side))
-                .chain(self.pending_from[i]);
-            CommitPoint::new(self.next_offset[i], needed, self.acknowledged[i])
-        });
-        self.last_points
+        let sides = Side::all(self.next_offset.len());
+        self.last_points = sides
+            .map(|side| {
+                let i = side.index();
+                let needed = self
+                    .state
+                    .needed_offsets()
+                    .chain(parked.iter().copied())
+                    .filter(|(s, _)| *s == side)
+                    .map(|(_, o)| o)
+                    .chain(self.queue.first_offset(side))
+                    .chain(self.pending_from[i]);
+                CommitPoint::new(self.next_offset[i], needed, self.acknowledged[i])
+            })
+            .collect();
+        self.last_points.clone()
     }
 }

@@ -21,30 +21,37 @@ impl PartitionTask {
         self.queue.push_admitted(side, event, admission);
     }
 
-    /// End offsets (high watermarks) of the left and right partitions as the consumer last saw
-    /// them: a side known to have unfetched records is waited for (see [`TaskQueue`]).
+    /// End offsets (high watermarks) of the task's partitions (one per topic, in order) as the
+    /// consumer last saw them: a side known to have unfetched records is waited for (see
+    /// [`TaskQueue`]).
     ///
     /// [`TaskQueue`]: crate::join::TaskQueue
-    pub fn set_end_offsets(&mut self, end: [Option<i64>; 2]) {
-        self.queue.set_end_offset(Side::LEFT, end[0]);
-        self.queue.set_end_offset(Side::RIGHT, end[1]);
+    pub fn set_end_offsets(&mut self, end: &[Option<i64>]) {
+        for (side, end) in self.sides().zip(end) {
+            self.queue.set_end_offset(side, *end);
+        }
     }
 
-    /// The consumer's positions on the left and right partitions, where every record polled of
-    /// them was queued here (see [`TaskQueue::set_position`]).
+    /// The sides of the task's join, in topic order.
+    pub fn sides(&self) -> impl Iterator<Item = Side> + Clone {
+        Side::all(self.queue.sides())
+    }
+
+    /// The consumer's positions on the task's partitions, where every record polled of them was
+    /// queued here (see [`TaskQueue::set_position`]).
     ///
     /// [`TaskQueue::set_position`]: crate::join::TaskQueue::set_position
-    pub fn set_positions(&mut self, positions: [Option<i64>; 2]) {
-        for (side, position) in [Side::LEFT, Side::RIGHT].into_iter().zip(positions) {
+    pub fn set_positions(&mut self, positions: &[Option<i64>]) {
+        for (side, &position) in self.sides().zip(positions) {
             if let Some(position) = position {
                 self.queue.set_position(side, position);
             }
         }
     }
 
-    /// Sides (left, right) the task waits to hear the broker's end offset of before it goes on
-    /// without them: the consumer's cache says they are caught up, and it may be old.
-    pub fn end_offsets_wanted(&self) -> [bool; 2] {
+    /// Per side, whether the task waits to hear the broker's end offset of it before it goes on
+    /// without it: the consumer's cache says it is caught up, and it may be old.
+    pub fn end_offsets_wanted(&self) -> &[bool] {
         self.queue.end_offsets_wanted()
     }
 
@@ -54,13 +61,14 @@ impl PartitionTask {
         self.queue.confirm_end_offset(side, end);
     }
 
-    /// End offsets of the left and right partitions as the broker reported them when the task was
+    /// End offsets of the task's partitions as the broker reported them when the task was
     /// assigned: cached reports below them are stale (see [`TaskQueue::set_end_offset_floor`]).
     ///
     /// [`TaskQueue::set_end_offset_floor`]: crate::join::TaskQueue::set_end_offset_floor
-    pub fn set_end_offset_floors(&mut self, floor: [i64; 2]) {
-        self.queue.set_end_offset_floor(Side::LEFT, floor[0]);
-        self.queue.set_end_offset_floor(Side::RIGHT, floor[1]);
+    pub fn set_end_offset_floors(&mut self, floor: &[i64]) {
+        for (side, &floor) in self.sides().zip(floor) {
+            self.queue.set_end_offset_floor(side, floor);
+        }
     }
 
     /// The wall clock now (Unix ms), against which `max_future_ms` is measured when a record is
@@ -74,9 +82,9 @@ impl PartitionTask {
         self.queue.len()
     }
 
-    /// Bytes of the records buffered on both sides ([`Event::footprint`]).
+    /// Bytes of the records buffered on every side ([`Event::footprint`]).
     pub fn queued_bytes(&self) -> usize {
-        self.queue.bytes(Side::LEFT) + self.queue.bytes(Side::RIGHT)
+        self.queue.total_bytes()
     }
 
     /// The most bytes the queue held at once.
@@ -96,11 +104,12 @@ impl PartitionTask {
         self.queue.bytes(side)
     }
 
-    /// Which sides' partitions are paused for backpressure now (left, right), as the I/O layer
-    /// keeps them: an empty paused side is waited for, not idled past (its records are on the
-    /// broker).
-    pub fn set_backpressured(&mut self, paused: [bool; 2]) {
-        self.queue.set_paused(Side::LEFT, paused[0]);
-        self.queue.set_paused(Side::RIGHT, paused[1]);
+    /// Which sides' partitions are paused for backpressure now (per side, in topic order), as
+    /// the I/O layer keeps them: an empty paused side is waited for, not idled past (its records
+    /// are on the broker).
+    pub fn set_backpressured(&mut self, paused: &[bool]) {
+        for (side, &paused) in self.sides().zip(paused) {
+            self.queue.set_paused(side, paused);
+        }
     }
 }

@@ -41,8 +41,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::config::{RecordPolicy, TombstonePolicy};
-use crate::event::Side;
+use crate::event::{Side, MAX_TOPICS};
 use crate::join::{Admission, CommitPoint, JoinOutcome, JoinState, ReplayBounds, TaskQueue};
+use batch::PerSide;
 use calls::Deferred;
 use retry::{Clock, Parked, Step};
 
@@ -60,19 +61,19 @@ pub struct PartitionTask {
     state: JoinState,
     bounds: ReplayBounds,
     /// Next offset to consume, per side.
-    next_offset: [i64; 2],
+    next_offset: Vec<i64>,
     /// Highest offset whose batch was acknowledged, per side.
-    acknowledged: [Option<i64>; 2],
+    acknowledged: Vec<Option<i64>>,
     /// Highest offset processed into a batch not yet acknowledged, per side.
-    pending: [Option<i64>; 2],
+    pending: PerSide,
     /// First offset of the unacknowledged batch, per side: not committable yet.
-    pending_from: [Option<i64>; 2],
+    pending_from: PerSide,
     halted: Option<String>,
     /// A failed call waiting for its retry, and the work behind it.
     parked: Option<Parked>,
     /// The points last handed out for commit; a halted task keeps committing these, since the
     /// record it halted on may have changed the state without its outcome being acted on.
-    last_points: [CommitPoint; 2],
+    last_points: Vec<CommitPoint>,
     /// The latest timestamp accepted: the wall clock the host last gave plus `max_future_ms`.
     latest_timestamp_ms: i64,
     /// A `run` stops taking records once its batch holds this many bytes (the rest waits for
@@ -85,33 +86,33 @@ pub struct PartitionTask {
 }
 
 impl PartitionTask {
-    /// A task starting from the committed points of its two partitions (offset and the
-    /// processed-through read back from commit metadata).
-    pub fn new(partition: i32, policy: TaskPolicy, start: [CommitPoint; 2]) -> Self {
-        let mut queue = TaskQueue::new(policy.max_idle_ms);
+    /// A task starting from the committed points of its partitions, one per topic of the join
+    /// in order (offset and the processed-through read back from commit metadata).
+    pub fn new(partition: i32, policy: TaskPolicy, start: &[CommitPoint]) -> Self {
+        let mut queue = TaskQueue::with_sides(start.len(), policy.max_idle_ms);
         queue.set_retention(
             policy
                 .window
                 .window_ms
                 .saturating_add(policy.window.grace_ms),
         );
-        for side in [Side::LEFT, Side::RIGHT] {
-            let p = start[side.index()];
+        for (side, p) in Side::all(start.len()).zip(start) {
             queue.set_replay(side, p.offset, p.processed_through);
         }
         PartitionTask {
             partition,
             state: JoinState::new(policy.window, policy.kind),
+            // (N-way tasks: the state for start.len() topics, issue 32)
             policy,
             queue,
-            bounds: ReplayBounds::new(start.map(|p| p.processed_through)),
-            next_offset: [start[0].offset, start[1].offset],
-            acknowledged: [start[0].processed_through, start[1].processed_through],
-            pending: [None, None],
-            pending_from: [None, None],
+            bounds: ReplayBounds::new(start.iter().map(|p| p.processed_through)),
+            next_offset: start.iter().map(|p| p.offset).collect(),
+            acknowledged: start.iter().map(|p| p.processed_through).collect(),
+            pending: [None; MAX_TOPICS],
+            pending_from: [None; MAX_TOPICS],
             halted: None,
             parked: None,
-            last_points: start,
+            last_points: start.to_vec(),
             // Until the host says what time it is, no timestamp is too far ahead.
             latest_timestamp_ms: i64::MAX,
             batch_budget: usize::MAX,

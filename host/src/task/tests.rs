@@ -107,7 +107,7 @@ fn ev(side: Side, offset: i64, key: &str, ts: i64) -> Event {
 }
 
 /// Start points of a task with nothing committed (also used by pool's tests).
-pub(super) const FRESH: [CommitPoint; 2] = [CommitPoint {
+pub(super) const FRESH: &[CommitPoint] = &[CommitPoint {
     offset: 0,
     processed_through: None,
 }; 2];

@@ -613,3 +613,5 @@ fn a_read_committed_side_with_an_open_transaction_is_waited_for() {
         "in timestamp order: none of the transaction's records is late"
     );
 }
+
+mod three;

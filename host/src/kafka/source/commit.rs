@@ -120,9 +120,9 @@ impl Source {
 
     /// Records what task p would commit now for the left and the right partition; the next
     /// [`Source::commit`] (or a revoke) commits it.
-    pub fn publish(&self, p: i32, points: [CommitPoint; 2]) {
+    pub fn publish(&self, p: i32, points: &[CommitPoint]) {
         let mut s = lock(&self.shared);
-        for (topic, point) in self.topics.iter().zip(points) {
+        for (topic, &point) in self.topics.iter().zip(points) {
             s.points.insert((topic.to_string(), p), point);
         }
     }

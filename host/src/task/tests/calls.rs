@@ -135,7 +135,11 @@ fn run_mixed(action: &mut dyn Action, failure: FailurePolicy) -> MixedRun {
     }
     let points = task
         .commit_points()
-        .map(|p| (p.offset, p.processed_through));
+        .iter()
+        .map(|p| (p.offset, p.processed_through))
+        .collect::<Vec<_>>()
+        .try_into()
+        .expect("two sides");
     (emitted, task.counters.clone(), waits, points)
 }
 

@@ -14,7 +14,9 @@ fn a_match_is_produced_and_counts_as_processed_once_acknowledged() {
     // Not acknowledged yet: nothing may be committed past the records.
     assert_eq!(
         task.commit_points()
-            .map(|p| (p.offset, p.processed_through)),
+            .iter()
+            .map(|p| (p.offset, p.processed_through))
+            .collect::<Vec<_>>(),
         [(0, None), (0, None)]
     );
     task.acknowledge(batch);
@@ -22,7 +24,9 @@ fn a_match_is_produced_and_counts_as_processed_once_acknowledged() {
     // processed-through says a restart must not act on them again.
     assert_eq!(
         task.commit_points()
-            .map(|p| (p.offset, p.processed_through)),
+            .iter()
+            .map(|p| (p.offset, p.processed_through))
+            .collect::<Vec<_>>(),
         [(0, Some(0)), (0, Some(0))]
     );
 }
@@ -76,7 +80,7 @@ fn a_new_owner_rebuilds_state_from_replay_without_acting_twice() {
     let committed = first.commit_points();
 
     // The new owner reads from the committed offsets; a late partner for "b" arrives after.
-    let mut second = PartitionTask::new(0, policy(), committed);
+    let mut second = PartitionTask::new(0, policy(), &committed);
     let mut plugin2 = FakePlugin::default();
     for (side, e) in &input {
         if e.offset >= committed[side.index()].offset {
@@ -103,7 +107,9 @@ fn a_record_at_the_last_offset_does_not_wrap_the_commit_point() {
     // Queued: the commit stays at the records, not at a next offset wrapped below them.
     assert_eq!(
         task.commit_points()
-            .map(|p| (p.offset, p.processed_through)),
+            .iter()
+            .map(|p| (p.offset, p.processed_through))
+            .collect::<Vec<_>>(),
         [(i64::MAX, None), (i64::MAX, None)]
     );
     let batch = task.run(0, &mut plugin);
@@ -112,7 +118,9 @@ fn a_record_at_the_last_offset_does_not_wrap_the_commit_point() {
     // Processed and held in their window.
     assert_eq!(
         task.commit_points()
-            .map(|p| (p.offset, p.processed_through)),
+            .iter()
+            .map(|p| (p.offset, p.processed_through))
+            .collect::<Vec<_>>(),
         [(i64::MAX, Some(i64::MAX)), (i64::MAX, Some(i64::MAX))]
     );
 }

@@ -108,7 +108,9 @@ fn under_halt_a_refused_output_stops_the_task_before_its_inputs_count_as_process
     task.acknowledge(batch);
     assert_eq!(
         task.commit_points()
-            .map(|p| (p.offset, p.processed_through)),
+            .iter()
+            .map(|p| (p.offset, p.processed_through))
+            .collect::<Vec<_>>(),
         [(0, None), (0, None)]
     );
 }

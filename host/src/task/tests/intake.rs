@@ -45,7 +45,7 @@ fn a_side_paused_for_backpressure_is_waited_for_and_its_bytes_are_counted_per_si
     assert_eq!(task.queued_peak_bytes(), 4 * one);
 
     // The paused side is not idled past while empty: a right record waits with max_idle 0.
-    task.set_backpressured([true, false]);
+    task.set_backpressured(&[true, false]);
     let mut plugin = FakePlugin::default();
     let batch = task.run(0, &mut plugin);
     task.acknowledge(batch);
@@ -55,7 +55,7 @@ fn a_side_paused_for_backpressure_is_waited_for_and_its_bytes_are_counted_per_si
     assert!(batch.emits.is_empty(), "{:?}", values(&batch));
     assert_eq!(task.queued(), 1);
     // Resumed: the empty side is idled past again.
-    task.set_backpressured([false, false]);
+    task.set_backpressured(&[false, false]);
     let batch = task.run(2_000, &mut plugin);
     task.acknowledge(batch);
     assert_eq!(task.queued(), 0);

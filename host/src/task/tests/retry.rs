@@ -27,7 +27,9 @@ fn a_failing_call_is_retried_with_backoff_then_dead_lettered_and_the_rest_goes_o
     task.acknowledge(batch);
     assert_eq!(
         task.commit_points()
-            .map(|p| (p.offset, p.processed_through)),
+            .iter()
+            .map(|p| (p.offset, p.processed_through))
+            .collect::<Vec<_>>(),
         [(0, Some(0)), (0, None)]
     );
     assert_eq!(bad_calls(&plugin), 1);
@@ -68,7 +70,9 @@ fn a_failing_call_is_retried_with_backoff_then_dead_lettered_and_the_rest_goes_o
     assert_eq!(task.counters.matches, 2, "a retried match counts once");
     assert_eq!(
         task.commit_points()
-            .map(|p| (p.offset, p.processed_through)),
+            .iter()
+            .map(|p| (p.offset, p.processed_through))
+            .collect::<Vec<_>>(),
         [(0, Some(1)), (0, Some(1))]
     );
 }
@@ -131,7 +135,9 @@ fn a_parked_record_holds_back_its_earlier_outputs_and_the_records_after_it() {
     // L0 and L1 are processed; R0 is not, and the commit stays at it.
     assert_eq!(
         task.commit_points()
-            .map(|p| (p.offset, p.processed_through)),
+            .iter()
+            .map(|p| (p.offset, p.processed_through))
+            .collect::<Vec<_>>(),
         [(0, Some(1)), (0, None)]
     );
     assert_eq!(plugin.calls, ["match k 0+0", "match k 1+0"]);
@@ -153,5 +159,11 @@ fn a_parked_record_holds_back_its_earlier_outputs_and_the_records_after_it() {
     task.acknowledge(batch);
     assert_eq!(task.parked_until(), None);
     let points = task.commit_points();
-    assert_eq!(points.map(|p| p.processed_through), [Some(2), Some(1)]);
+    assert_eq!(
+        points
+            .iter()
+            .map(|p| p.processed_through)
+            .collect::<Vec<_>>(),
+        [Some(2), Some(1)]
+    );
 }
