@@ -26,7 +26,7 @@ OUT := build/plugins
 VENV := .venv
 COMPONENTIZE_PY := $(VENV)/bin/componentize-py
 COMPONENTIZE_JS := plugins/js/node_modules/.bin/componentize-js
-RUST_PLUGINS := order_paid noop misbehave not_a_plugin
+RUST_PLUGINS := order_paid order_shipped noop misbehave not_a_plugin
 RUST_WASM := $(foreach p,$(RUST_PLUGINS),$(OUT)/$(p).wasm)
 HOST := target/release/cojoin
 # Apache Kafka 4.4.0 and its run-time jars, fetched by Maven once (tests/kafka/pom.xml).

@@ -131,12 +131,27 @@ pub enum Call<'a> {
         event: &'a Event,
         side: Side,
     },
+    /// A join of three topics or more: one event of each topic, in topic order.
+    MatchN {
+        key: &'a [u8],
+        events: &'a [Arc<Event>],
+    },
+    /// A `left` join of three topics or more: a first-topic event that left in no match, and
+    /// per other topic the partners it found.
+    ExpireN {
+        key: &'a [u8],
+        event: &'a Event,
+        partners: &'a [Vec<Arc<Event>>],
+    },
 }
 
 impl<'a> Call<'a> {
     pub fn key(&self) -> &'a [u8] {
         match *self {
-            Call::Match { key, .. } | Call::Expire { key, .. } => key,
+            Call::Match { key, .. }
+            | Call::Expire { key, .. }
+            | Call::MatchN { key, .. }
+            | Call::ExpireN { key, .. } => key,
         }
     }
 
@@ -145,6 +160,12 @@ impl<'a> Call<'a> {
         match *self {
             Call::Match { left, right, .. } => vec![left, right],
             Call::Expire { event, .. } => vec![event],
+            Call::MatchN { events, .. } => events.iter().map(|e| &**e).collect(),
+            Call::ExpireN {
+                event, partners, ..
+            } => std::iter::once(event)
+                .chain(partners.iter().flatten().map(|e| &**e))
+                .collect(),
         }
     }
 }

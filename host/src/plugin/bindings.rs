@@ -9,6 +9,21 @@ wasmtime::component::bindgen!({
     world: "plugin",
 });
 
+/// The `plugin-n` world (joins of three topics or more), sharing the `plugin` world's types.
+pub(crate) mod multi {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "plugin-n",
+        with: {
+            "cojoin:plugin/types": super::cojoin::plugin::types,
+            "cojoin:plugin/host": super::cojoin::plugin::host,
+        },
+    });
+}
+
+/// The export that tells a `plugin-n` component from a `plugin` one.
+pub(crate) const ON_MATCH_N: &str = "on-match-n";
+
 pub(crate) use self::cojoin::plugin::host;
 pub(crate) use self::cojoin::plugin::types as wit;
 pub(crate) use self::Plugin as PluginBindings;
@@ -33,6 +48,13 @@ pub(crate) fn fill_calls(dst: &mut Vec<wit::Call>, src: &[event::Call<'_>]) {
             (Some(wit::Call::OnMatch(_)), event::Call::Match { .. })
                 | (Some(wit::Call::OnExpire(_)), event::Call::Expire { .. })
         );
+        assert!(
+            !matches!(
+                call,
+                event::Call::MatchN { .. } | event::Call::ExpireN { .. }
+            ),
+            "an N-way call goes to on-batch-n (fill_calls_n)"
+        );
         if !fits {
             let fresh = match call {
                 event::Call::Match { .. } => wit::Call::OnMatch(wit::Matched {
@@ -45,6 +67,9 @@ pub(crate) fn fill_calls(dst: &mut Vec<wit::Call>, src: &[event::Call<'_>]) {
                     event: empty_event(),
                     side: wit::Side::Left,
                 }),
+                event::Call::MatchN { .. } | event::Call::ExpireN { .. } => {
+                    unreachable!("asserted above")
+                }
             };
             match dst.get_mut(i) {
                 Some(slot) => *slot = fresh,
@@ -74,6 +99,41 @@ pub(crate) fn fill_calls(dst: &mut Vec<wit::Call>, src: &[event::Call<'_>]) {
             _ => unreachable!("the slot was made to fit above"),
         }
     }
+}
+
+/// An N-way batch's calls as the guest takes them (`on-batch-n`).
+pub(crate) fn calls_n(src: &[event::Call<'_>]) -> Vec<wit::CallN> {
+    src.iter()
+        .map(|call| match *call {
+            event::Call::MatchN { key, events } => wit::CallN::OnMatchN(wit::MatchedN {
+                key: key.to_vec(),
+                events: events_of(events),
+            }),
+            event::Call::ExpireN {
+                key,
+                event,
+                partners,
+            } => wit::CallN::OnExpireN(wit::ExpiredN {
+                key: key.to_vec(),
+                event: event_of(event),
+                partners: partners.iter().map(|p| events_of(p)).collect(),
+            }),
+            event::Call::Match { .. } | event::Call::Expire { .. } => {
+                unreachable!("a two-topic call goes to on-batch (fill_calls)")
+            }
+        })
+        .collect()
+}
+
+/// An event as the guest takes it, in a fresh buffer.
+pub(crate) fn event_of(src: &event::Event) -> wit::Event {
+    let mut dst = empty_event();
+    fill_event(&mut dst, src);
+    dst
+}
+
+pub(crate) fn events_of(src: &[std::sync::Arc<event::Event>]) -> Vec<wit::Event> {
+    src.iter().map(|e| event_of(e)).collect()
 }
 
 /// Copies `src` into `dst`, reusing `dst`'s buffers, so that a worker calling the plugin over and

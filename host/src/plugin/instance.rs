@@ -8,7 +8,7 @@ use wasmtime::component::{ComponentExportIndex, Func, InstancePre};
 use wasmtime::{Store, Trap};
 
 use super::bindings::{
-    self, wit, OnBatchParams, OnBatchResults, PluginBindings, PluginBindingsIndices,
+    self, multi, wit, OnBatchParams, OnBatchResults, PluginBindings, PluginBindingsIndices,
 };
 use super::engine::{CompiledPlugin, PluginEngine};
 use super::error::{CallError, LoadError, TrapKind};
@@ -36,12 +36,32 @@ pub struct PluginVersion {
     pub label: Arc<str>,
     pub compiled: CompiledInfo,
     instance_pre: InstancePre<StoreState>,
-    indices: PluginBindingsIndices,
-    /// The `on-batch` export (world `plugin-batched`), when the component has it.
-    on_batch: Option<ComponentExportIndex>,
+    exports: Exports,
     engine: Arc<PluginEngine>,
     limits: PluginLimits,
     config: Arc<[(String, String)]>,
+}
+
+/// The component's world, and the exports the host calls.
+enum Exports {
+    /// World `plugin` (or `plugin-batched`): a two-topic join's calls.
+    Pair {
+        indices: PluginBindingsIndices,
+        /// The `on-batch` export (world `plugin-batched`), when the component has it.
+        on_batch: Option<ComponentExportIndex>,
+    },
+    /// World `plugin-n`: a join of three topics or more (`on-batch-n` is part of it).
+    Multi(multi::PluginNIndices),
+}
+
+/// An instance's exports, bound.
+enum Bound {
+    Pair {
+        bindings: PluginBindings,
+        /// `on-batch`, type-checked at start.
+        on_batch: Option<Func>,
+    },
+    Multi(multi::PluginN),
 }
 
 /// How the version's code was obtained, for logs and the admin API.
@@ -70,10 +90,20 @@ impl PluginVersion {
             .linker
             .instantiate_pre(&compiled.component)
             .map_err(wrong_world)?;
-        let indices = PluginBindingsIndices::new(&instance_pre).map_err(wrong_world)?;
-        let on_batch = compiled
+        let n_way = compiled
             .component
-            .get_export_index(None, bindings::ON_BATCH);
+            .get_export_index(None, bindings::ON_MATCH_N)
+            .is_some();
+        let exports = if n_way {
+            Exports::Multi(multi::PluginNIndices::new(&instance_pre).map_err(wrong_world)?)
+        } else {
+            Exports::Pair {
+                indices: PluginBindingsIndices::new(&instance_pre).map_err(wrong_world)?,
+                on_batch: compiled
+                    .component
+                    .get_export_index(None, bindings::ON_BATCH),
+            }
+        };
         let label: Arc<str> = format!("{name}@{}", &compiled.sha256[..12]).into();
         let config = if compiled.embedded_config.is_empty() {
             config
@@ -96,17 +126,26 @@ impl PluginVersion {
                 compile_time: compiled.compile_time,
             },
             instance_pre,
-            indices,
-            on_batch,
+            exports,
             engine: engine.clone(),
             limits,
             config,
         })
     }
 
-    /// Whether the component takes calls in batches (it exports `on-batch`).
+    /// Whether the component takes calls in batches (it exports `on-batch`, or is of world
+    /// `plugin-n`, which has `on-batch-n`).
     pub fn batches(&self) -> bool {
-        self.on_batch.is_some()
+        match &self.exports {
+            Exports::Pair { on_batch, .. } => on_batch.is_some(),
+            Exports::Multi(_) => true,
+        }
+    }
+
+    /// Whether the component is of world `plugin-n`: it serves joins of three topics or more
+    /// (`on-match-n`), and no two-topic join.
+    pub fn is_n_way(&self) -> bool {
+        matches!(self.exports, Exports::Multi(_))
     }
 
     /// Instantiates and runs `init`.
@@ -142,8 +181,16 @@ impl PluginVersion {
             error: classify(&self.label, e),
         };
         let instance = self.instance_pre.instantiate(&mut store).map_err(started)?;
-        let bindings = self.indices.load(&mut store, &instance).map_err(started)?;
-        let on_batch = match &self.on_batch {
+        let (indices, on_batch) = match &self.exports {
+            Exports::Pair { indices, on_batch } => (indices, on_batch),
+            Exports::Multi(indices) => {
+                let bindings = indices.load(&mut store, &instance).map_err(started)?;
+                let init = bindings.call_init(&mut store, &self.config);
+                return self.started(store, Bound::Multi(bindings), init, started);
+            }
+        };
+        let bindings = indices.load(&mut store, &instance).map_err(started)?;
+        let on_batch = match on_batch {
             Some(index) => {
                 let wrong_type = |message: String| LoadError::WrongWorld {
                     plugin: self.label.to_string(),
@@ -162,13 +209,24 @@ impl PluginVersion {
             }
             None => None,
         };
-        match bindings.call_init(&mut store, &self.config) {
+        let init = bindings.call_init(&mut store, &self.config);
+        self.started(store, Bound::Pair { bindings, on_batch }, init, started)
+    }
+
+    /// The instance `init` was called on, or why it may not serve.
+    fn started(
+        &self,
+        store: Store<StoreState>,
+        bound: Bound,
+        init: wasmtime::Result<Result<(), String>>,
+        started: impl Fn(wasmtime::Error) -> LoadError,
+    ) -> Result<Live, LoadError> {
+        match init {
             Ok(Ok(())) => {
                 let recycle_above = self.limits.recycle_above(store.data().limiter.used());
                 Ok(Live {
                     store,
-                    bindings,
-                    on_batch,
+                    bound,
                     recycle_above,
                 })
             }
@@ -183,9 +241,7 @@ impl PluginVersion {
 
 struct Live {
     store: Store<StoreState>,
-    bindings: PluginBindings,
-    /// `on-batch`, type-checked at start.
-    on_batch: Option<Func>,
+    bound: Bound,
     /// Past this much linear memory the instance is replaced before its next call.
     recycle_above: usize,
 }
@@ -237,14 +293,16 @@ impl PluginInstance {
         a: &Event,
         b: &Event,
     ) -> Result<Vec<OutputRecord>, CallError> {
+        self.two_topic_call("on-match")?;
         bindings::fill_event(&mut self.a, a);
         bindings::fill_event(&mut self.b, b);
         self.prepare_call(1)?;
         let started = self.version.batches().then(Instant::now);
         let live = self.live.as_mut().expect("prepared");
-        let result = live
-            .bindings
-            .call_on_match(&mut live.store, key, &self.a, &self.b);
+        let Bound::Pair { bindings, .. } = &live.bound else {
+            unreachable!("a two-topic version's instance")
+        };
+        let result = bindings.call_on_match(&mut live.store, key, &self.a, &self.b);
         self.note_pace(started, 1);
         self.finish(result)
     }
@@ -256,13 +314,15 @@ impl PluginInstance {
         event: &Event,
         side: Side,
     ) -> Result<Vec<OutputRecord>, CallError> {
+        self.two_topic_call("on-expire")?;
         bindings::fill_event(&mut self.a, event);
         self.prepare_call(1)?;
         let started = self.version.batches().then(Instant::now);
         let live = self.live.as_mut().expect("prepared");
-        let result =
-            live.bindings
-                .call_on_expire(&mut live.store, key, &self.a, bindings::side(side));
+        let Bound::Pair { bindings: b, .. } = &live.bound else {
+            unreachable!("a two-topic version's instance")
+        };
+        let result = b.call_on_expire(&mut live.store, key, &self.a, bindings::side(side));
         self.note_pace(started, 1);
         self.finish(result)
     }
@@ -285,15 +345,24 @@ impl PluginInstance {
     /// Calls `on-batch` with `calls`: `None` when the component has no such export. A trap, or
     /// an answer with a result count other than the calls', fails the whole batch.
     pub fn on_batch(&mut self, calls: &[Call<'_>]) -> Option<Result<BatchResults, CallError>> {
-        self.version.on_batch.as_ref()?;
+        if self.version.is_n_way() {
+            return Some(self.on_batch_n(calls));
+        }
+        if !self.version.batches() {
+            return None;
+        }
         bindings::fill_calls(&mut self.calls, calls);
         if let Err(e) = self.prepare_call(calls.len() as u64) {
             return Some(Err(e));
         }
         let live = self.live.as_mut().expect("prepared");
-        let func = live
-            .on_batch
-            .expect("an instance of a version with on-batch has it");
+        let Bound::Pair {
+            on_batch: Some(func),
+            ..
+        } = live.bound
+        else {
+            unreachable!("an instance of a version with on-batch has it")
+        };
         // Type-checked per batch (and once at start, to refuse a wrong export early) rather than
         // trusted with `new_unchecked`: the check walks the export's type, beside a batch of
         // calls into Python or JS (0.3 ms and more) too small to measure.
@@ -459,6 +528,8 @@ fn classify(label: &str, error: wasmtime::Error) -> CallError {
         message,
     }
 }
+
+mod multi_calls;
 
 impl std::fmt::Debug for PluginVersion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

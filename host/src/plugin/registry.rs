@@ -228,6 +228,25 @@ impl PluginHandle {
         self.instance.on_expire(key, event, side)
     }
 
+    pub fn on_match_n(
+        &mut self,
+        key: &[u8],
+        events: &[Arc<Event>],
+    ) -> Result<Vec<OutputRecord>, CallError> {
+        self.follow_swaps();
+        self.instance.on_match_n(key, events)
+    }
+
+    pub fn on_expire_n(
+        &mut self,
+        key: &[u8],
+        event: &Event,
+        partners: &[Vec<Arc<Event>>],
+    ) -> Result<Vec<OutputRecord>, CallError> {
+        self.follow_swaps();
+        self.instance.on_expire_n(key, event, partners)
+    }
+
     /// How many calls to make at once ([`PluginInstance::batch_limit`]).
     pub fn batch_limit(&self) -> usize {
         self.instance.batch_limit()

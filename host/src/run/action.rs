@@ -2,6 +2,7 @@
 //! and each call's latency and outcome is counted against the plugin version that answered it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::event::{positions, printable_key, Call, Event, OutputRecord, Side};
@@ -97,6 +98,24 @@ impl Action for MeteredAction {
         side: Side,
     ) -> Result<Vec<OutputRecord>, ActionFailure> {
         self.observe(key, &[event], |w| w.on_expire(key, event, side))
+    }
+
+    fn on_match_n(
+        &mut self,
+        key: &[u8],
+        events: &[Arc<Event>],
+    ) -> Result<Vec<OutputRecord>, ActionFailure> {
+        let inputs: Vec<&Event> = events.iter().map(|e| &**e).collect();
+        self.observe(key, &inputs, |w| w.on_match_n(key, events))
+    }
+
+    fn on_expire_n(
+        &mut self,
+        key: &[u8],
+        event: &Event,
+        partners: &[Vec<Arc<Event>>],
+    ) -> Result<Vec<OutputRecord>, ActionFailure> {
+        self.observe(key, &[event], |w| w.on_expire_n(key, event, partners))
     }
 
     fn batch_limit(&self) -> usize {

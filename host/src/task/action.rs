@@ -1,6 +1,8 @@
 //! The plugin as a task sees it: a trait, so that the task (and its tests, with a fake) stays free
 //! of wasmtime; the runtime's implementation is in run/action.rs.
 
+use std::sync::Arc;
+
 use crate::event::{Call, Event, FailureKind, OutputRecord, Side};
 
 /// A failed action call, as the dead-letter headers will describe it.
@@ -24,6 +26,25 @@ pub trait Action {
         event: &Event,
         side: Side,
     ) -> Result<Vec<OutputRecord>, ActionFailure>;
+    /// A join of three topics or more: one event of each topic, in topic order. An action that
+    /// serves two-topic joins only refuses it.
+    fn on_match_n(
+        &mut self,
+        _key: &[u8],
+        events: &[Arc<Event>],
+    ) -> Result<Vec<OutputRecord>, ActionFailure> {
+        Err(two_topics_only(events.len()))
+    }
+    /// A `left` join of three topics or more: a first-topic event that left in no match, and
+    /// per other topic the partners it found.
+    fn on_expire_n(
+        &mut self,
+        _key: &[u8],
+        _event: &Event,
+        partners: &[Vec<Arc<Event>>],
+    ) -> Result<Vec<OutputRecord>, ActionFailure> {
+        Err(two_topics_only(partners.len() + 1))
+    }
     /// The version now answering, for dead-letter headers.
     fn version(&self) -> String;
     /// How many calls the action takes at once ([`Action::call_batch`]); 1: one at a time.
@@ -38,6 +59,13 @@ pub trait Action {
         _calls: &[Call<'_>],
     ) -> Option<Vec<Result<Vec<OutputRecord>, ActionFailure>>> {
         None
+    }
+}
+
+fn two_topics_only(topics: usize) -> ActionFailure {
+    ActionFailure {
+        kind: FailureKind::Unavailable,
+        message: format!("this action serves two-topic joins, not a join of {topics} topics"),
     }
 }
 

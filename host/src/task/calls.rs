@@ -37,9 +37,15 @@ impl Deferred {
                 side: *side,
             },
             JoinOutcome::Late { .. } => unreachable!("late records are rejected, not deferred"),
-            JoinOutcome::MatchN { .. } | JoinOutcome::ExpiredN { .. } => {
-                unreachable!("a task joins two topics until N-way tasks land (issue 32)")
-            }
+            JoinOutcome::MatchN { events } => Call::MatchN {
+                key: events[0].key_bytes(),
+                events,
+            },
+            JoinOutcome::ExpiredN { event, partners } => Call::ExpireN {
+                key: event.key_bytes(),
+                event,
+                partners,
+            },
         }
     }
 }
@@ -136,8 +142,32 @@ impl PartitionTask {
                     first.unwrap_or_else(|| action.on_expire(event.key_bytes(), event, *side));
                 (vec![event.clone()], result)
             }
-            JoinOutcome::MatchN { .. } | JoinOutcome::ExpiredN { .. } => {
-                unreachable!("a task joins two topics until N-way tasks land (issue 32)")
+            JoinOutcome::MatchN { events } => {
+                if attempts == 0 {
+                    self.counters.matches += 1;
+                }
+                let sides = (0..events.len()).map(Side::of);
+                batch
+                    .sources
+                    .extend(sides.zip(events.iter().map(|e| e.offset)));
+                let key = events[0].key_bytes();
+                let result = first.unwrap_or_else(|| action.on_match_n(key, events));
+                (events.clone(), result)
+            }
+            JoinOutcome::ExpiredN { event, partners } => {
+                if attempts == 0 {
+                    self.counters.expiries += 1;
+                }
+                batch.sources.push((Side::LEFT, event.offset));
+                for (t, events) in partners.iter().enumerate() {
+                    let side = Side::of(t + 1);
+                    batch
+                        .sources
+                        .extend(events.iter().map(|e| (side, e.offset)));
+                }
+                let result =
+                    first.unwrap_or_else(|| action.on_expire_n(event.key_bytes(), event, partners));
+                (vec![event.clone()], result)
             }
         };
         match result {

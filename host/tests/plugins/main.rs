@@ -6,6 +6,7 @@ mod batch;
 mod languages;
 mod leak;
 mod loading;
+mod n_way;
 mod sandbox;
 #[path = "../support/mod.rs"]
 mod support;

@@ -74,6 +74,12 @@ impl Action for Batching {
                 .map(|call| match *call {
                     Call::Match { key, left, right } => self.inner.on_match(key, left, right),
                     Call::Expire { key, event, side } => self.inner.on_expire(key, event, side),
+                    Call::MatchN { key, events } => self.inner.on_match_n(key, events),
+                    Call::ExpireN {
+                        key,
+                        event,
+                        partners,
+                    } => self.inner.on_expire_n(key, event, partners),
                 })
                 .collect(),
         )
