@@ -22,8 +22,9 @@ pub struct ReplayResult {
     pub halted: Vec<String>,
 }
 
-/// Events are routed by topic (the config's left or right topic) and partition; with a join key
-/// taken from the value (`join.left_key` / `right_key`) they are re-keyed, all in one task.
+/// Events are routed by topic (one of `join.topics`, or the left and right topics) and partition;
+/// with a join key taken from the value (`join.left_key` / `right_key` / `keys`) they are
+/// re-keyed, all in one task.
 pub fn replay(
     config: &Config,
     lines: &str,
@@ -45,36 +46,39 @@ pub fn replay(
             message,
         };
         let event = crate::json::event_from_json(line).map_err(|e| err(e.to_string()))?;
-        let side = if *event.topic == *config.join.left {
-            Side::LEFT
-        } else if *event.topic == *config.join.right {
-            Side::RIGHT
-        } else {
-            return Err(err(format!(
-                "topic {:?} is neither join.left ({:?}) nor join.right ({:?})",
-                event.topic, config.join.left, config.join.right
-            )));
+        let topics = &config.join.topics;
+        let Some(index) = topics.iter().position(|t| **t == *event.topic) else {
+            return Err(err(match topics.len() {
+                2 => format!(
+                    "topic {:?} is neither join.left ({:?}) nor join.right ({:?})",
+                    event.topic, config.join.left, config.join.right
+                ),
+                _ => format!(
+                    "topic {:?} is not one of join.topics {topics:?}",
+                    event.topic
+                ),
+            }));
         };
+        let side = Side::of(index);
         let mut event = event;
-        let selector = [&config.join.left_key, &config.join.right_key][side.index()];
+        let selector = config.join.selector(side);
         // A key from the value: as the repartition step re-keys a record (one without the field
         // goes on keyless, to the null-key policy), and every event to one task, since the
         // recording's partitions are not the internal topic's.
-        let partition =
-            if config.join.left_key.is_record_key() && config.join.right_key.is_record_key() {
-                event.partition
-            } else {
-                if !selector.is_record_key() {
-                    let key = crate::repartition::key::select(
-                        selector,
-                        event.key.as_deref(),
-                        event.value.as_deref(),
-                    )
-                    .ok();
-                    event.key = key.map(Vec::into_boxed_slice);
-                }
-                0
-            };
+        let partition = if config.join.keys_from_records() {
+            event.partition
+        } else {
+            if !selector.is_record_key() {
+                let key = crate::repartition::key::select(
+                    selector,
+                    event.key.as_deref(),
+                    event.value.as_deref(),
+                )
+                .ok();
+                event.key = key.map(Vec::into_boxed_slice);
+            }
+            0
+        };
         let sent = origins.entry(partition).or_default();
         if sent.len() == MAX_ORIGINS && !sent.contains(&(side, event.partition)) {
             return Err(err(format!(
@@ -85,7 +89,7 @@ pub fn replay(
             )));
         }
         sent.insert((side, event.partition));
-        let start = [CommitPoint::new(0, [], None); 2];
+        let start = vec![CommitPoint::new(0, [], None); topics.len()];
         tasks
             .entry(partition)
             .or_insert_with(|| {

@@ -24,10 +24,10 @@ pub fn task_policy(config: &Config) -> TaskPolicy {
         retries: config.plugin.retries,
         backoff: config.plugin.backoff,
         outputs: crate::task::OutputTopics {
-            inputs: [config.join.left.clone(), config.join.right.clone()],
-            internal: [&config.join.left, &config.join.right]
+            inputs: config.join.topics.clone(),
+            internal: (config.join.topics.iter())
                 .map(|t| crate::repartition::internal_topic(&config.kafka.group_id, t))
-                .to_vec(),
+                .collect(),
             allowed: config.output.allowed_topics.clone(),
         },
     }

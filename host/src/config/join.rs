@@ -1,11 +1,13 @@
-//! `[join]`: the two topics, the kind and window of the join, where each side's key comes from,
-//! and what happens to records the join cannot use.
+//! `[join]`: the topics (two, `left` and `right`, or 2 to 8 in `topics`), the kind and window of
+//! the join, where each topic's key comes from, and what happens to records the join cannot use.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::units::{duration, optional_duration};
+use crate::event::{Side, MAX_TOPICS};
 use crate::join::JoinKind;
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -40,10 +42,27 @@ pub enum RecordPolicy {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JoinConfig {
-    /// Left topic (`a` in `on-match`). Required.
+    /// Left topic (`a` in `on-match`). Required unless `topics` is given; the first of `topics`
+    /// when it is.
+    #[serde(default)]
     pub left: String,
-    /// Right topic (`b` in `on-match`). Required; must differ from `left`.
+    /// Right topic (`b` in `on-match`). Required unless `topics` is given; must differ from
+    /// `left`. The second of `topics` when it is.
+    #[serde(default)]
     pub right: String,
+    /// The joined topics, in order, 2 to 8: `["orders", "payments", "shipments"]`, instead of
+    /// `left` and `right`. A match is one event of each; the first topic is the one a `left`
+    /// join keeps unmatched events of. Three or more take a plugin of world `plugin-n`. After
+    /// parsing, it lists the topics whichever way they were given.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// With `topics`: where a topic's join key comes from, by topic name, as `left_key`:
+    /// `keys = { payments = "/order_id" }`. A topic not named uses the record key.
+    #[serde(default)]
+    pub keys: BTreeMap<String, KeySelector>,
+    /// Per topic of `topics`, its key selector (resolved after parsing).
+    #[serde(skip)]
+    pub selectors: Vec<KeySelector>,
     /// `inner`, `left` or `outer`. Default: `inner`.
     #[serde(default)]
     pub kind: Kind,
@@ -180,6 +199,80 @@ impl JoinConfig {
         self.max_future = self
             .max_future_setting
             .unwrap_or_else(|| default_max_future(self.window, self.grace));
+    }
+
+    /// Lists the topics and their key selectors in `topics` and `selectors` whichever way they
+    /// were given, and `left`/`right` (with their keys) as the first two: the two-topic code
+    /// paths read those. Refuses a file that mixes the two spellings or names a key of a topic
+    /// it does not join.
+    pub(super) fn resolve_topics(&mut self) -> Result<(), (&'static str, String, &'static str)> {
+        if self.topics.is_empty() {
+            if self.left.is_empty() || self.right.is_empty() {
+                let field = if self.left.is_empty() {
+                    "join.left"
+                } else {
+                    "join.right"
+                };
+                return Err((
+                    field,
+                    "is missing".to_owned(),
+                    "name the two topics to join (join.left and join.right), or list them in join.topics",
+                ));
+            }
+            if !self.keys.is_empty() {
+                return Err((
+                    "join.keys",
+                    "is set with join.left and join.right".to_owned(),
+                    "use join.left_key and join.right_key, or list the topics in join.topics",
+                ));
+            }
+            self.topics = vec![self.left.clone(), self.right.clone()];
+            self.selectors = vec![self.left_key.clone(), self.right_key.clone()];
+            return Ok(());
+        }
+        let mixed = !self.left.is_empty()
+            || !self.right.is_empty()
+            || !self.left_key.is_record_key()
+            || !self.right_key.is_record_key();
+        if mixed {
+            return Err((
+                "join.topics",
+                "is set with join.left, join.right, join.left_key or join.right_key".to_owned(),
+                "give the topics one way: join.topics (with join.keys), or join.left and join.right",
+            ));
+        }
+        if !(2..=MAX_TOPICS).contains(&self.topics.len()) {
+            return Err((
+                "join.topics",
+                format!("lists {} topics", self.topics.len()),
+                "list 2 to 8 topics to join",
+            ));
+        }
+        if let Some(unknown) = self.keys.keys().find(|t| !self.topics.contains(t)) {
+            return Err((
+                "join.keys",
+                format!("names {unknown:?}, which is not in join.topics"),
+                "name a key per topic of join.topics, e.g. keys = { payments = \"/order_id\" }",
+            ));
+        }
+        self.selectors = (self.topics.iter())
+            .map(|t| self.keys.get(t).cloned().unwrap_or_default())
+            .collect();
+        self.left = self.topics[0].clone();
+        self.right = self.topics[1].clone();
+        self.left_key = self.selectors[0].clone();
+        self.right_key = self.selectors[1].clone();
+        Ok(())
+    }
+
+    /// Where the join key of `side`'s records comes from.
+    pub fn selector(&self, side: Side) -> &KeySelector {
+        &self.selectors[side.index()]
+    }
+
+    /// Whether every topic's key is its record key (no topic is re-keyed from its value).
+    pub fn keys_from_records(&self) -> bool {
+        self.selectors.iter().all(KeySelector::is_record_key)
     }
 }
 

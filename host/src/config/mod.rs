@@ -160,6 +160,14 @@ impl Config {
             message: parse_error(text, &e),
         })?;
         config.join.resolve_defaults();
+        config
+            .join
+            .resolve_topics()
+            .map_err(|(field, problem, fix)| ConfigError::Invalid {
+                field,
+                problem,
+                fix,
+            })?;
         config.validate()?;
         Ok(config)
     }

@@ -407,3 +407,5 @@ fn exactly_once_commits_every_100_ms_unless_told_and_refuses_options_it_sets() {
     .to_string();
     assert!(e.contains("transactional.id"), "{e}");
 }
+
+mod topics;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::join::MAX_PARTITIONS;
 use super::memory::MIN_QUEUE_BYTES;
 use super::{
-    Config, ConfigError, FailurePolicy, GroupProtocol, Guarantee, RecordPolicy, RepartitionPolicy,
-    TombstonePolicy, CLASSIC_ONLY_OPTIONS, MAX_MEMORY_MIB, MAX_RETRIES,
+    Config, ConfigError, FailurePolicy, GroupProtocol, Guarantee, Kind, RecordPolicy,
+    RepartitionPolicy, TombstonePolicy, CLASSIC_ONLY_OPTIONS, MAX_MEMORY_MIB, MAX_RETRIES,
 };
 
 /// librdkafka's default `max.poll.interval.ms`.
@@ -66,26 +66,42 @@ impl Config {
                 );
             }
         }
-        for (field, topic) in [
-            ("join.left", &self.join.left),
-            ("join.right", &self.join.right),
-        ] {
+        let n_way = self.join.topics.len() > 2;
+        let (left, right) = match n_way {
+            false => ("join.left", "join.right"),
+            true => ("join.topics", "join.topics"),
+        };
+        for (i, topic) in self.join.topics.iter().enumerate() {
             if topic.trim().is_empty() {
-                return invalid(field, "is empty", "name the topic to join");
+                return invalid(
+                    [left, right][i.min(1)],
+                    "names an empty topic",
+                    "name the topic to join",
+                );
+            }
+            if self.join.topics[..i].contains(topic) {
+                return invalid(
+                    right,
+                    &format!("names {topic:?} twice"),
+                    "join different topics",
+                );
             }
         }
-        if self.join.left == self.join.right {
+        if n_way && self.join.kind == Kind::Outer {
             return invalid(
-                "join.right",
-                "is the same topic as join.left",
-                "join two different topics",
+                "join.kind",
+                "is \"outer\" with three topics or more",
+                "use \"inner\" or \"left\" (left keeps the first topic's unmatched events, with the partners they found)",
             );
         }
         if self.join.repartition == RepartitionPolicy::Never {
-            for (field, selector) in [
-                ("join.left_key", &self.join.left_key),
-                ("join.right_key", &self.join.right_key),
-            ] {
+            let key_field = |i: usize| match (n_way, i) {
+                (false, 0) => "join.left_key",
+                (false, _) => "join.right_key",
+                (true, _) => "join.keys",
+            };
+            for (i, selector) in self.join.selectors.iter().enumerate() {
+                let field = key_field(i);
                 if !selector.is_record_key() {
                     return invalid(
                         field,

@@ -112,6 +112,18 @@ impl PluginRegistry {
             self.limits.clone(),
             self.config.clone(),
         )?);
+        if version.is_n_way() != current.is_n_way() {
+            return Err(LoadError::WrongWorld {
+                plugin: version.label.to_string(),
+                message: format!(
+                    "it is of world {}, the running version of world {}: the join's topic count \
+                     decides the world (two topics: `plugin`; three or more: `plugin-n`); \
+                     build it against that world",
+                    world_name(&version),
+                    world_name(&current)
+                ),
+            });
+        }
         // Validation: the first instance proves the version starts, and serves the first worker.
         let mut validated = Some(version.instantiate()?);
         for slot in self.live_slots() {
@@ -125,6 +137,23 @@ impl PluginRegistry {
         self.generation.store(version.generation, Ordering::Release);
         log_published(&version);
         Ok(version)
+    }
+
+    /// Refuses a plugin whose world does not fit a join of `topics` topics.
+    pub fn check_world(&self, topics: usize) -> Result<(), LoadError> {
+        let current = self.current();
+        if current.is_n_way() == (topics > 2) {
+            return Ok(());
+        }
+        let needed = if topics > 2 { "plugin-n" } else { "plugin" };
+        Err(LoadError::WrongWorld {
+            plugin: current.label.to_string(),
+            message: format!(
+                "it is of world {}, and a join of {topics} topics takes a plugin of world \
+                 `{needed}` (cojoin plugin new --help shows both)",
+                world_name(&current)
+            ),
+        })
     }
 
     fn live_slots(&self) -> Vec<Arc<StagedSlot>> {
@@ -177,6 +206,14 @@ fn log_published(version: &PluginVersion) {
         compile_ms = version.compiled.compile_time.as_millis() as u64,
         "plugin version published"
     );
+}
+
+fn world_name(version: &PluginVersion) -> &'static str {
+    if version.is_n_way() {
+        "`plugin-n`"
+    } else {
+        "`plugin`"
+    }
 }
 
 /// One worker's access to the plugin: calls go to its own instance; between calls it moves to the

@@ -31,7 +31,8 @@ pub struct TaskPolicy {
 /// set (`output.allowed_topics`), only to those and the default output topic.
 #[derive(Clone, Debug, Default)]
 pub struct OutputTopics {
-    pub inputs: [String; 2],
+    /// The join's input topics, every one of `join.topics`.
+    pub inputs: Vec<String>,
     /// The internal topics the join could read (`<group>-<topic>-repartition` of either side,
     /// whether or not that side is repartitioned now: the names are the host's).
     pub internal: Vec<String>,

@@ -87,7 +87,7 @@ fn policy() -> TaskPolicy {
         retries: 2,
         backoff: Duration::from_millis(100),
         outputs: OutputTopics {
-            inputs: ["left".into(), "right".into()],
+            inputs: vec!["left".into(), "right".into()],
             internal: vec!["g-left-repartition".into(), "g-right-repartition".into()],
             allowed: None,
         },

@@ -55,7 +55,7 @@ fn an_output_to_an_input_topic_or_outside_the_allowed_ones_dead_letters_its_inpu
 
     let allowed = TaskPolicy {
         outputs: OutputTopics {
-            inputs: ["left".into(), "right".into()],
+            inputs: vec!["left".into(), "right".into()],
             internal: Vec::new(),
             allowed: Some(vec!["orders-paid".into()]),
         },
