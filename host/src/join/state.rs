@@ -9,6 +9,12 @@
 //!   no result is emitted for a pair that could still form (as Kafka Streams 3.1+).
 //!
 //! Every pair is reported exactly once, by the event that arrives second.
+//!
+//! The same state joins 3 to [`MAX_TOPICS`] topics ([`JoinState::with_topics`], inner and left):
+//! a match is one event of each topic, all within the window of each other, reported once by the
+//! event that completes it ([`JoinOutcome::MatchN`]); `left` reports an event of the first topic
+//! that leaves in no match with the partners it found ([`JoinOutcome::ExpiredN`]). The semantics
+//! are [`super::multi`]'s, the reference model; how the packed store serves them is in `nway`.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -18,8 +24,10 @@ use std::sync::Arc;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
-use super::store::{EventStore, Handle, Links, SpillDir, StoreStats, NO_HANDLE, UNMATCHED};
-use crate::event::{Event, Side};
+use super::store::{EventStore, Handle, Head, Links, SpillDir, StoreStats, NO_HANDLE, UNMATCHED};
+use crate::event::{Event, Side, MAX_TOPICS};
+
+mod nway;
 
 /// The join window, in milliseconds of event time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +134,8 @@ impl Slot {
 }
 
 pub struct JoinState {
+    /// Topics joined: 2, or up to [`MAX_TOPICS`] (`nway`).
+    topics: usize,
     window: JoinWindow,
     kind: JoinKind,
     stream_time: Option<i64>,
@@ -150,11 +160,32 @@ pub struct JoinState {
     events: usize,
     /// The held partners of the event being inserted; kept to reuse its allocation.
     partners: Vec<Handle>,
+    /// N-way joins: per topic, the held events within the window of the one being inserted.
+    candidates: Vec<Vec<nway::Candidate>>,
+    /// N-way joins: the handle of the newest inserted event (not of one moved in the store).
+    last_arrival: Handle,
 }
 
 impl JoinState {
+    /// A join of two topics, `Side::LEFT` and `Side::RIGHT`.
     pub fn new(window: JoinWindow, kind: JoinKind) -> Self {
+        Self::with_topics(2, window, kind)
+    }
+
+    /// A join of `topics` topics, 2 to [`MAX_TOPICS`], sides `Side::of(0)` on. Three topics or
+    /// more join inner or left: an outer N-way join would report every partial match, which no
+    /// plugin call takes.
+    pub fn with_topics(topics: usize, window: JoinWindow, kind: JoinKind) -> Self {
+        assert!(
+            (2..=MAX_TOPICS).contains(&topics),
+            "a join takes 2 to {MAX_TOPICS} topics, not {topics}"
+        );
+        assert!(
+            topics == 2 || kind != JoinKind::Outer,
+            "a join of {topics} topics is inner or left, not outer"
+        );
         JoinState {
+            topics,
             window,
             kind,
             stream_time: None,
@@ -166,6 +197,8 @@ impl JoinState {
             out_of_order: BinaryHeap::new(),
             events: 0,
             partners: Vec::new(),
+            candidates: (0..topics).map(|_| Vec::new()).collect(),
+            last_arrival: NO_HANDLE,
         }
     }
 
@@ -208,16 +241,19 @@ impl JoinState {
     /// each per store segment. The commit offset of each partition must stay at or below the
     /// smallest of them. Events spilled to disk are not read: each spilled segment gives instead a
     /// lower bound per side, which may be lower than needed (see `store::Needs`), never higher.
+    /// A join of three topics or more needs its held events' own offsets only (`nway`).
     pub fn needed_offsets(&self) -> impl Iterator<Item = (Side, i64)> + '_ {
         let kind = self.kind;
+        let partners = self.topics == 2;
         self.store
             .needs()
-            .flat_map(move |needs| needs.offsets(move |side| kind.reports_expiry(side)))
+            .flat_map(move |needs| needs.offsets(move |side| partners && kind.reports_expiry(side)))
     }
 
     /// Takes one event of `side` and appends what it caused to `out`: the matches it forms, then
     /// the expiries its timestamp brings about. A late event is reported and not held.
     pub fn insert(&mut self, side: Side, event: Event, out: &mut Vec<JoinOutcome>) {
+        debug_assert!(side.index() < self.topics, "{side:?} of {}", self.topics);
         let ts = event.timestamp;
         if self.window.is_late(ts, self.stream_time) {
             out.push(JoinOutcome::Late {
@@ -227,6 +263,9 @@ impl JoinState {
             return;
         }
         self.stream_time = Some(self.stream_time.map_or(ts, |st| st.max(ts)));
+        if self.topics > 2 {
+            return self.insert_n(side, event, out);
+        }
 
         let window = self.window;
         let Self {
@@ -293,13 +332,19 @@ impl JoinState {
             }
         }
         self.events += 1;
+        self.queue(close, handle, out_of_order);
+        self.expire(out);
+    }
+
+    /// Queues a new event to leave at `close`: in the log walk, or, `out_of_order`, in the heap.
+    #[inline]
+    fn queue(&mut self, close: i64, handle: Handle, out_of_order: bool) {
         if out_of_order {
             self.out_of_order.push(Reverse((close, handle)));
         } else {
             self.in_order_close = close;
             self.in_order.get_or_insert((close, handle));
         }
-        self.expire(out);
     }
 
     /// Removes every event whose window and grace have passed, reporting unmatched ones per kind.
@@ -323,16 +368,22 @@ impl JoinState {
                 self.store.read_back(leaving);
                 Some(self.store.after(leaving))
             };
-            self.unlink(leaving);
-            let side = self.store.side(leaving);
-            if self.store.partner_offset(leaving) == UNMATCHED && self.kind.reports_expiry(side) {
-                out.push(JoinOutcome::Expired {
-                    side,
-                    event: Arc::new(self.store.event(leaving)),
-                });
+            if self.topics > 2 {
+                // Removed, or kept a while longer (moved, re-queued): `nway`.
+                self.leave_n(leaving, out);
+            } else {
+                self.unlink(leaving);
+                let side = self.store.side(leaving);
+                if self.store.partner_offset(leaving) == UNMATCHED && self.kind.reports_expiry(side)
+                {
+                    out.push(JoinOutcome::Expired {
+                        side,
+                        event: Arc::new(self.store.event(leaving)),
+                    });
+                }
+                self.store.remove(leaving);
+                self.events -= 1;
             }
-            self.store.remove(leaving);
-            self.events -= 1;
             if let Some(after) = after {
                 self.in_order = self
                     .store

@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use record::{
-    decode, flags_side, get_i64, get_u32, record_size, DEAD, FLAGS, HAS_HEADERS, KEY_LEN, NEXT,
+    decode, get_i64, get_u32, record_size, Origins, DEAD, FLAGS, HAS_HEADERS, KEY_LEN, NEXT,
     OFFSET, OUT_OF_ORDER, PARTNER, TIMESTAMP, TOMBSTONE, VALUE_LEN,
 };
 pub use record::{HEADER, MAX_ORIGINS};
@@ -72,9 +72,10 @@ pub struct EventStore {
     /// Segments by number, from `first` on; a segment with no live event has its bytes freed.
     segments: VecDeque<Segment>,
     first: u64,
-    /// (topic, partition) pairs the events came from; a task has one per side, a replay of a
-    /// recording keyed from the value one per pair in it (at most [`MAX_ORIGINS`]).
-    origins: Vec<(Arc<str>, i32)>,
+    /// (topic, partition) pairs the events came from, with the upper bits of their side; a task
+    /// has one per side, a replay of a recording keyed from the value one per pair in it (at most
+    /// [`MAX_ORIGINS`]).
+    origins: Origins,
     /// Capacity of the newest segment, which the next one doubles.
     last_segment: usize,
     /// Sum of the sizes of the live events.
@@ -95,7 +96,7 @@ impl Default for EventStore {
         EventStore {
             segments: VecDeque::new(),
             first: 0,
-            origins: Vec::new(),
+            origins: Origins::default(),
             last_segment: 0,
             live_bytes: 0,
             resident: 0,
@@ -110,6 +111,8 @@ impl Default for EventStore {
 /// What [`EventStore::push`] stores besides the event.
 pub struct Links {
     pub side: Side,
+    /// In a two-topic join, the offset of the event's latest partner ([`UNMATCHED`] if none); an
+    /// N-way join keeps other marks here (join/state/nway.rs).
     pub partner_offset: i64,
     pub next: Handle,
     /// The event closes before one pushed earlier; see [`EventStore::in_order_from`].
@@ -167,8 +170,48 @@ impl EventStore {
             + event.key_bytes().len()
             + value_len
             + if has_headers { 4 + headers_len } else { 0 };
-        let origin = self.origin(&event.topic, event.partition);
+        let origin = self.origin(&event.topic, event.partition, links.side);
+        self.append(size, links.side, event.offset, links.partner_offset, |b| {
+            record::encode(b, event, &links, origin, has_headers, headers_len)
+        })
+    }
 
+    /// Moves the event to the end of the store, with its partner field set to `partner_offset`
+    /// and flagged out of order, and returns its new handle; links to it must be updated. What
+    /// keeps an event past its close (join/state/nway.rs) moves it, so that it does not keep the
+    /// segment the expiry walk read back in RAM: at the end it spills again in its turn.
+    pub fn relocate(&mut self, h: Handle, partner_offset: i64) -> Handle {
+        let size = self.size(h);
+        let (ix, at) = self.split(h);
+        let mut r = match resident(&self.segments[ix], at) {
+            Some(r) => r[..size].to_vec(),
+            None => {
+                let mut r = vec![0; size];
+                self.read_spilled(&self.segments[ix], at, &mut r);
+                r
+            }
+        };
+        r[PARTNER..PARTNER + 8].copy_from_slice(&partner_offset.to_ne_bytes());
+        r[FLAGS] |= OUT_OF_ORDER;
+        let side = self.origins.side(&r);
+        let moved = self.append(size, side, get_i64(&r, OFFSET), partner_offset, |b| {
+            b.extend_from_slice(&r)
+        });
+        self.remove(h);
+        moved
+    }
+
+    /// Appends a record of `size` bytes, which `write` appends to its segment's bytes, and counts
+    /// it: the segment's live events and needs, the live bytes; spills past the budget.
+    #[inline]
+    fn append(
+        &mut self,
+        size: usize,
+        side: Side,
+        offset: i64,
+        partner_offset: i64,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Handle {
         let room = self
             .segments
             .back()
@@ -188,12 +231,10 @@ impl EventStore {
             .back_mut()
             .expect("a segment was just ensured");
         let at = segment.bytes.len();
-        let b = &mut segment.bytes;
-        record::encode(b, event, &links, origin, has_headers, headers_len);
+        write(&mut segment.bytes);
         segment.live += 1;
-        let mut needs = segment.needs.get();
-        needs.add(links.side, event.offset, links.partner_offset);
-        segment.needs.set(needs);
+        // In place: a `Needs` is 128 bytes, and this runs for every event.
+        segment.needs.get_mut().add(side, offset, partner_offset);
         self.live_bytes += size;
         if self.resident > self.spill_above {
             self.spill_oldest();
@@ -214,7 +255,7 @@ impl EventStore {
             let segment = &mut self.segments[(self.spill_from - self.first) as usize];
             if segment.live > 0 {
                 // Exact as it goes out: it cannot be recomputed while on disk.
-                segment.needs();
+                segment.needs(&self.origins);
                 let Some(disk) = spill.write(&segment.bytes) else {
                     self.spill_above = usize::MAX;
                     return;
@@ -291,14 +332,20 @@ impl EventStore {
     pub fn set_partner_offset(&mut self, h: Handle, head: &Head, offset: i64) {
         self.set_field(h, PARTNER, offset.to_ne_bytes());
         let (ix, _) = self.split(h);
-        let segment = &self.segments[ix];
-        let mut needs = segment.needs.get();
+        let segment = &mut self.segments[ix];
+        // In place: a `Needs` is 128 bytes, and this runs for every match.
+        let needs = segment.needs.get_mut();
         let i = head.side.index();
         needs.partner[i] = needs.partner[i].min(offset);
-        segment.needs.set(needs);
         if head.partner_offset != UNMATCHED {
             segment.stale.set(true);
         }
+    }
+
+    /// Sets the partner field of `h` alone, its segment's needs untouched: for the marks an
+    /// N-way join keeps there, which ask for no partner offsets.
+    pub fn set_mark(&mut self, h: Handle, mark: i64) {
+        self.set_field(h, PARTNER, mark.to_ne_bytes());
     }
 
     pub fn next(&self, h: Handle) -> Handle {
@@ -310,7 +357,8 @@ impl EventStore {
     }
 
     pub fn side(&self, h: Handle) -> Side {
-        flags_side(self.flags(h))
+        let r: [u8; FLAGS + 1] = self.field(h, 0);
+        self.origins.side(&r)
     }
 
     /// The fixed fields of `h`, in one read.
@@ -321,7 +369,7 @@ impl EventStore {
             offset: get_i64(&r, OFFSET),
             partner_offset: get_i64(&r, PARTNER),
             next: get_i64(&r, NEXT) as Handle,
-            side: flags_side(r[FLAGS]),
+            side: self.origins.side(&r),
         }
     }
 
@@ -425,7 +473,7 @@ impl EventStore {
         self.segments
             .iter()
             .filter(|s| s.live > 0)
-            .map(Segment::needs)
+            .map(|s| s.needs(&self.origins))
     }
 
     /// Bytes the live events take, headers included.
@@ -530,23 +578,13 @@ impl EventStore {
         self.spill.as_ref().map_or_else(Vec::new, Spill::paths)
     }
 
-    /// The index of the event's (topic, partition) in `origins`, below [`MAX_ORIGINS`].
-    fn origin(&mut self, topic: &Arc<str>, partition: i32) -> u16 {
-        let found = self
-            .origins
-            .iter()
-            .position(|(t, p)| *p == partition && (Arc::ptr_eq(t, topic) || **t == **topic));
-        let ix = found.unwrap_or_else(|| {
-            // A live task reads two partitions; `plugin test`, where the recording decides,
-            // checks the limit before and names the line (replay.rs).
-            assert!(
-                self.origins.len() < MAX_ORIGINS,
-                "a join state holds events of at most {MAX_ORIGINS} (topic, partition) pairs; {topic:?} partition {partition} is one more"
-            );
-            self.origins.push((topic.clone(), partition));
-            self.origins.len() - 1
-        });
-        u16::try_from(ix).expect("below MAX_ORIGINS")
+    /// The index of the event's origin in `origins`, below [`MAX_ORIGINS`].
+    fn origin(&mut self, topic: &Arc<str>, partition: i32, side: Side) -> u16 {
+        // A live task reads one partition per side; `plugin test`, where the recording decides,
+        // checks the limit before and names the line (replay.rs).
+        self.origins.index(topic, partition, side).unwrap_or_else(|| {
+            panic!("a join state holds events of at most {MAX_ORIGINS} (topic, partition) pairs; {topic:?} partition {partition} is one more")
+        })
     }
 }
 

@@ -19,6 +19,8 @@ pub(super) const FLAGS: usize = 41; // u8: RIGHT, HAS_HEADERS, OUT_OF_ORDER, DEA
 /// Bytes before an event's key.
 pub const HEADER: usize = 42;
 
+/// The lowest bit of the event's side: set for the right side of a two-topic join, for topics
+/// 1, 3, 5 and 7 of an N-way join. The side's other bits are its origin's ([`Origin::side_pair`]).
 pub(super) const RIGHT: u8 = 1;
 /// The value is followed by a u32 length and the encoded headers; most events have none.
 pub(super) const HAS_HEADERS: u8 = 2;
@@ -37,6 +39,71 @@ pub(super) const ORIGIN_FLAG_SHIFT: u32 = 4;
 
 /// (topic, partition) pairs one store, one task's join state, can hold events of.
 pub const MAX_ORIGINS: usize = 1 << (8 + ORIGIN_FLAG_SHIFT);
+
+/// Where a store's events come from: per origin index, a (topic, partition) and the upper bits of
+/// the side its events were pushed as. The side takes no header bit beyond [`RIGHT`]: a two-topic
+/// join's sides are 0 and 1, so its origins are one per (topic, partition) as ever and its side
+/// is read from the flags alone; a join of more topics puts `side / 2` in the origin, so a topic
+/// joined with itself as sides 0 and 2 takes two origins (sides 0 and 1 share one).
+#[derive(Default)]
+pub(super) struct Origins {
+    list: Vec<Origin>,
+    /// Whether an origin has a `side_pair` other than 0: if not, the flags say the side.
+    wide: bool,
+}
+
+pub(super) struct Origin {
+    pub(super) topic: Arc<str>,
+    pub(super) partition: i32,
+    /// `side / 2` of the events pushed from this origin.
+    pub(super) side_pair: u8,
+}
+
+impl Origins {
+    /// The index of (`topic`, `partition`, `side`)'s origin, added if new; `None` once
+    /// [`MAX_ORIGINS`] are held and it is not one of them.
+    pub(super) fn index(&mut self, topic: &Arc<str>, partition: i32, side: Side) -> Option<u16> {
+        let side_pair = (side.index() / 2) as u8;
+        let found = self.list.iter().position(|o| {
+            o.partition == partition
+                && o.side_pair == side_pair
+                && (Arc::ptr_eq(&o.topic, topic) || *o.topic == **topic)
+        });
+        let ix = match found {
+            Some(ix) => ix,
+            None if self.list.len() < MAX_ORIGINS => {
+                self.list.push(Origin {
+                    topic: topic.clone(),
+                    partition,
+                    side_pair,
+                });
+                self.wide |= side_pair > 0;
+                self.list.len() - 1
+            }
+            None => return None,
+        };
+        Some(u16::try_from(ix).expect("below MAX_ORIGINS"))
+    }
+
+    /// The side of the event whose record (or header) starts `r`.
+    #[inline]
+    pub(super) fn side(&self, r: &[u8]) -> Side {
+        let low = usize::from(r[FLAGS] & RIGHT);
+        if !self.wide {
+            return Side::of(low);
+        }
+        Side::of(usize::from(self.list[origin_index(r)].side_pair) * 2 + low)
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.list.len()
+    }
+}
+
+fn origin_index(r: &[u8]) -> usize {
+    usize::from(r[ORIGIN]) | (usize::from(r[FLAGS] >> ORIGIN_FLAG_SHIFT) << 8)
+}
 
 /// Appends the record of `event` with `links` to `b`: the header, then key, value and headers.
 /// `origin` is its index into the store's origins; `headers_len` the bytes its headers encode to.
@@ -57,7 +124,7 @@ pub(super) fn encode(
     b.extend_from_slice(&value_field.to_ne_bytes());
     let [origin_low, origin_high] = origin.to_le_bytes();
     b.push(origin_low);
-    let side = if links.side == Side::RIGHT { RIGHT } else { 0 };
+    let side = (links.side.index() & 1) as u8 * RIGHT;
     let out_of_order = if links.out_of_order { OUT_OF_ORDER } else { 0 };
     let has_headers_flag = if has_headers { HAS_HEADERS } else { 0 };
     b.push(side | out_of_order | has_headers_flag | (origin_high << ORIGIN_FLAG_SHIFT));
@@ -94,13 +161,6 @@ pub(super) fn get_i64(r: &[u8], at: usize) -> i64 {
     i64::from_ne_bytes(r[at..at + 8].try_into().expect("8 bytes"))
 }
 
-pub(super) fn flags_side(flags: u8) -> Side {
-    match flags & RIGHT {
-        0 => Side::LEFT,
-        _ => Side::RIGHT,
-    }
-}
-
 /// Bytes of the record at the start of `r`.
 pub(super) fn record_size(r: &[u8]) -> usize {
     let value_len = match get_u32(r, VALUE_LEN) {
@@ -126,9 +186,10 @@ pub(super) fn records(mut bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
 }
 
 /// The event whose record starts `r`.
-pub(super) fn decode(origins: &[(Arc<str>, i32)], r: &[u8]) -> Event {
-    let origin = usize::from(r[ORIGIN]) | (usize::from(r[FLAGS] >> ORIGIN_FLAG_SHIFT) << 8);
-    let (topic, partition) = &origins[origin];
+pub(super) fn decode(origins: &Origins, r: &[u8]) -> Event {
+    let Origin {
+        topic, partition, ..
+    } = &origins.list[origin_index(r)];
     let key_len = get_u32(r, KEY_LEN) as usize;
     let value_at = HEADER + key_len;
     let value_len = match get_u32(r, VALUE_LEN) {

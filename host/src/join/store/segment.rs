@@ -4,10 +4,10 @@
 
 use std::cell::Cell;
 
-use super::record::{flags_side, get_i64, records, DEAD, FLAGS, OFFSET, PARTNER};
+use super::record::{get_i64, records, Origins, DEAD, FLAGS, OFFSET, PARTNER};
 use super::spill::Disk;
 use super::UNMATCHED;
-use crate::event::Side;
+use crate::event::{Side, MAX_TOPICS};
 
 /// Segment sizes double from the smallest to the largest, so an idle task holds little and a busy
 /// one wastes at most the tail of a large segment per segment. An event larger than the largest
@@ -45,16 +45,12 @@ impl Segment {
     /// The segment's needs, recomputed first if an event left or changed partner. A spilled
     /// segment's are not recomputed (that would read the disk): they stay lower bounds until it
     /// is read back.
-    pub(super) fn needs(&self) -> Needs {
+    pub(super) fn needs(&self, origins: &Origins) -> Needs {
         if self.stale.get() && self.spilled.is_none() {
             let mut needs = Needs::NONE;
             for r in records(&self.bytes) {
                 if r[FLAGS] & DEAD == 0 {
-                    needs.add(
-                        flags_side(r[FLAGS]),
-                        get_i64(r, OFFSET),
-                        get_i64(r, PARTNER),
-                    );
+                    needs.add(origins.side(r), get_i64(r, OFFSET), get_i64(r, PARTNER));
                 }
             }
             self.needs.set(needs);
@@ -73,29 +69,33 @@ pub(super) struct Spilled {
 /// in RAM; for a spilled one, taken when it is spilled and only lowered after (an event leaving
 /// leaves a bound lower than needed, which holds a commit back until the segment is read back to
 /// expire).
+///
+/// The partner offsets are a two-topic join's: an N-way join uses an event's partner field for
+/// other marks (join/state/nway.rs) and asks for no partner offsets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Needs {
     /// By side, the smallest offset of a live event of that side; `i64::MAX` for none.
-    pub(super) own: [i64; 2],
+    pub(super) own: [i64; MAX_TOPICS],
     /// By side, the smallest partner offset (of the other side) of a matched live event of that
     /// side; `i64::MAX` for none.
-    pub(super) partner: [i64; 2],
+    pub(super) partner: [i64; MAX_TOPICS],
 }
 
 impl Needs {
     pub(super) const NONE: Needs = Needs {
-        own: [i64::MAX; 2],
-        partner: [i64::MAX; 2],
+        own: [i64::MAX; MAX_TOPICS],
+        partner: [i64::MAX; MAX_TOPICS],
     };
 
     /// (side, offset) pairs, as [`EventStore::live`]'s events give them: each side's own smallest
-    /// offset, and, of the sides `partner_needed` names, the smallest partner offset.
+    /// offset, and, of the sides `partner_needed` names (only ever sides of a two-topic join),
+    /// the smallest partner offset.
     pub fn offsets(
         &self,
         partner_needed: impl Fn(Side) -> bool,
     ) -> impl Iterator<Item = (Side, i64)> {
         let [own, partner] = [self.own, self.partner];
-        [Side::LEFT, Side::RIGHT].into_iter().flat_map(move |side| {
+        Side::all(MAX_TOPICS).flat_map(move |side| {
             let i = side.index();
             let own = (own[i] != i64::MAX).then_some((side, own[i]));
             let partner = (partner[i] != i64::MAX && partner_needed(side))
