@@ -4,7 +4,20 @@ use cojoin_e2e::{cojoin, plugin, root};
 use serde_json::Value;
 
 fn run(wasm: &str, events: &str) -> (Vec<Value>, String, Option<i32>) {
-    let config = root().join("examples/orders-payments/cojoin.toml");
+    run_with(
+        &root().join("examples/orders-payments/cojoin.toml"),
+        wasm,
+        events,
+    )
+}
+
+/// `cojoin plugin test` of `wasm` (from build/plugins) with `config` on the recording `events`:
+/// the output lines, stderr and the exit code.
+fn run_with(
+    config: &std::path::Path,
+    wasm: &str,
+    events: &str,
+) -> (Vec<Value>, String, Option<i32>) {
     let wasm = plugin(wasm);
     let out = cojoin(&[
         "plugin",
@@ -165,4 +178,58 @@ fn a_join_on_a_field_of_the_value_re_keys_the_recorded_side() {
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0]["dead_letter"], "null-key");
     assert_eq!(dead[0]["inputs"][0]["partition"], 1);
+}
+
+/// `plugin test` with the three-topic example (`join.topics`) and its `plugin-n` plugin.
+fn run_three(wasm: &str) -> (Vec<Value>, String, Option<i32>) {
+    let dir = root().join("examples/orders-payments-shipments");
+    let events = dir.join("events.jsonl");
+    run_with(&dir.join("cojoin.toml"), wasm, events.to_str().unwrap())
+}
+
+#[test]
+fn the_three_topic_example_ships_matched_orders_and_reports_the_rest_with_their_partners() {
+    let (lines, stderr, code) = run_three("order_shipped.wasm");
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut got: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            assert_eq!(l["topic"], "orders-shipped", "{l}");
+            let b = body(l);
+            let id = b["order_id"].as_str().unwrap();
+            match b["status"].as_str().unwrap() {
+                "shipped" => format!("{id} shipped by {}", b["payment"]["method"]),
+                status => format!("{id} {status} {}/{}", b["payments"], b["shipments"]),
+            }
+        })
+        .collect();
+    got.sort();
+    // Order 4 was paid twice: one match per combination. Order 5's shipment came 16 s after it,
+    // outside the 10 s window. Order 9 is still in its window when the recording ends.
+    assert_eq!(
+        got,
+        [
+            "order-1 shipped by \"card\"",
+            "order-2 not-shipped 1/0",
+            "order-3 unpaid 0/1",
+            "order-4 shipped by \"card\"",
+            "order-4 shipped by \"voucher\"",
+            "order-5 not-shipped 1/0",
+        ]
+    );
+    assert!(
+        stderr.contains("records 15, matches 3, expiries 3"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_two_topic_plugin_for_three_topics_is_refused_naming_the_world_it_needs() {
+    let (lines, stderr, code) = run_three("order_paid_rust.wasm");
+    assert_ne!(code, Some(0));
+    assert!(lines.is_empty());
+    assert!(
+        stderr.contains("a join of 3 topics takes a plugin of world `plugin-n`"),
+        "{stderr}"
+    );
 }

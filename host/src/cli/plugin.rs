@@ -51,7 +51,8 @@ pub(crate) struct TestArgs {
     /// The host config (join topics, window, policies, plugin limits).
     #[arg(long, default_value = "cojoin.toml")]
     config: PathBuf,
-    /// Events as JSON lines, each with the topic (join.left or join.right) and partition.
+    /// Events as JSON lines, each with the topic (one of join.topics, or join.left / join.right)
+    /// and partition.
     #[arg(long)]
     events: PathBuf,
 }
@@ -158,6 +159,7 @@ pub(crate) fn test(args: TestArgs) -> Result<ExitCode> {
     let events = std::fs::read_to_string(&args.events)
         .with_context(|| format!("cannot read events file {:?}", args.events))?;
     let registry = load_plugin(&config, &args.config, args.plugin.as_deref())?;
+    registry.check_world(config.join.topics.len())?;
     let mut worker = cojoin::run::action::MeteredAction::new(registry.handle()?);
     let result = cojoin::replay::replay(&config, &events, &mut worker)
         .with_context(|| format!("events file {:?}", args.events))?;

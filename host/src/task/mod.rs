@@ -101,8 +101,7 @@ impl PartitionTask {
         }
         PartitionTask {
             partition,
-            state: JoinState::new(policy.window, policy.kind),
-            // (N-way tasks: the state for start.len() topics, issue 32)
+            state: JoinState::with_topics(start.len(), policy.window, policy.kind),
             policy,
             queue,
             bounds: ReplayBounds::new(start.iter().map(|p| p.processed_through)),
