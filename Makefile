@@ -134,6 +134,7 @@ rust-plugins: wasm-target
 	@for p in $(RUST_PLUGINS); do cmp -s plugins/rust/target/wasm32-wasip2/release/$$p.wasm $(OUT)/$$p.wasm \
 	  || cp plugins/rust/target/wasm32-wasip2/release/$$p.wasm $(OUT)/$$p.wasm; done
 	@cmp -s $(OUT)/order_paid.wasm $(OUT)/order_paid_rust.wasm || cp $(OUT)/order_paid.wasm $(OUT)/order_paid_rust.wasm
+	@cmp -s $(OUT)/order_shipped.wasm $(OUT)/order_shipped_rust.wasm || cp $(OUT)/order_shipped.wasm $(OUT)/order_shipped_rust.wasm
 
 # Built as `cojoin plugin build` builds a Python project: through its loader, which adds
 # on_batch (world plugin-batched) to the app's WitWorld.
@@ -147,12 +148,25 @@ $(OUT)/%_python.wasm: plugins/python/%/app.py wit/plugin.wit $(PY_LOADER) $(COMP
 	$(COMPONENTIZE_PY) -d wit -w plugin-batched componentize -p plugins/python/$* -p $(dir $(PY_LOADER)) cojoin_app_loader -o $@.tmp
 	@mv $@.tmp $@
 
+# A plugin of world plugin-n (joins of three topics or more) serves its own on_batch_n: built
+# without the loader.
+$(OUT)/order_shipped_python.wasm: plugins/python/order_shipped/app.py wit/plugin.wit $(COMPONENTIZE_PY)
+	@mkdir -p $(OUT)
+	$(COMPONENTIZE_PY) -d wit -w plugin-n componentize -p plugins/python/order_shipped app -o $@.tmp
+	@mv $@.tmp $@
+
 # componentize-js is called directly: `jco componentize` 1.35 cannot read the WIT path here.
 # `-d http -d fetch-event` keeps wasi:http out of the component's imports. As `cojoin plugin
 # build` builds a JS project: the source with onBatch appended (world plugin-batched).
 $(OUT)/%_js.wasm: build/js-batched/%.js wit/plugin.wit $(COMPONENTIZE_JS)
 	@mkdir -p $(OUT)
 	$(COMPONENTIZE_JS) $< --wit wit --world-name plugin-batched -d http -d fetch-event -o $@.tmp
+	@mv $@.tmp $@
+
+# World plugin-n serves its own onBatchN: built from the source as it is.
+$(OUT)/order_shipped_js.wasm: plugins/js/order-shipped.js wit/plugin.wit $(COMPONENTIZE_JS)
+	@mkdir -p $(OUT)
+	$(COMPONENTIZE_JS) $< --wit wit --world-name plugin-n -d http -d fetch-event -o $@.tmp
 	@mv $@.tmp $@
 
 # Kept: make would delete them as intermediates after every build.
@@ -165,7 +179,7 @@ build/js-batched/order_paid.js: plugins/js/order-paid.js host/templates/batch.js
 	$(JOIN_BATCH_JS)
 
 plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm $(OUT)/noop_python.wasm $(OUT)/noop_js.wasm \
-  $(OUT)/misbehave_python.wasm $(OUT)/misbehave_js.wasm
+  $(OUT)/misbehave_python.wasm $(OUT)/misbehave_js.wasm $(OUT)/order_shipped_python.wasm $(OUT)/order_shipped_js.wasm
 
 # --- host ---------------------------------------------------------------------------------------
 # Built as the tests build it (`cargo test --no-run` also builds the cojoin binary): a plain

@@ -189,8 +189,14 @@ fn run_three(wasm: &str) -> (Vec<Value>, String, Option<i32>) {
 
 #[test]
 fn the_three_topic_example_ships_matched_orders_and_reports_the_rest_with_their_partners() {
-    let (lines, stderr, code) = run_three("order_shipped.wasm");
-    assert_eq!(code, Some(0), "{stderr}");
+    for lang in ["rust", "python", "js"] {
+        three_topic_example(lang);
+    }
+}
+
+fn three_topic_example(lang: &str) {
+    let (lines, stderr, code) = run_three(&format!("order_shipped_{lang}.wasm"));
+    assert_eq!(code, Some(0), "{lang}: {stderr}");
     let mut got: Vec<String> = lines
         .iter()
         .map(|l| {
@@ -215,11 +221,12 @@ fn the_three_topic_example_ships_matched_orders_and_reports_the_rest_with_their_
             "order-4 shipped by \"card\"",
             "order-4 shipped by \"voucher\"",
             "order-5 not-shipped 1/0",
-        ]
+        ],
+        "{lang}"
     );
     assert!(
         stderr.contains("records 15, matches 3, expiries 3"),
-        "{stderr}"
+        "{lang}: {stderr}"
     );
 }
 

@@ -11,8 +11,19 @@ use super::{body, event, registry};
 
 #[test]
 fn a_three_topic_plugin_gets_one_event_per_topic_and_the_partners_of_an_expiry() {
-    let plugin = registry("order_shipped.wasm", PluginLimits::default(), &[]);
-    assert!(plugin.current().is_n_way());
+    for lang in ["rust", "python", "js"] {
+        three_topic_calls(lang);
+    }
+}
+
+/// The `order_shipped` example of `lang`: the same records, one by one and in a batch.
+fn three_topic_calls(lang: &str) {
+    let plugin = registry(
+        &format!("order_shipped_{lang}.wasm"),
+        PluginLimits::default(),
+        &[],
+    );
+    assert!(plugin.current().is_n_way(), "{lang}");
     let mut worker = plugin.handle().unwrap();
     let events: Vec<_> = [("orders", 10), ("payments", 12), ("shipments", 15)]
         .map(|(topic, offset)| Arc::new(event(topic, "o-7", offset)))
@@ -26,8 +37,9 @@ fn a_three_topic_plugin_gets_one_event_per_topic_and_the_partners_of_an_expiry()
         body(&out[0]),
         json!({
             "order_id": "o-7", "status": "shipped", "order": value, "payment": value,
-            "shipment": value, "shipped_at": events[2].timestamp, "by": "rust",
-        })
+            "shipment": value, "shipped_at": events[2].timestamp, "by": lang,
+        }),
+        "{lang}"
     );
     // Paid twice, never shipped: the partners arrive per topic.
     let order = event("orders", "o-8", 20);
@@ -40,7 +52,8 @@ fn a_three_topic_plugin_gets_one_event_per_topic_and_the_partners_of_an_expiry()
     let got = body(&out[0]);
     assert_eq!(
         (&got["status"], &got["payments"], &got["shipments"]),
-        (&json!("not-shipped"), &json!(2), &json!(0))
+        (&json!("not-shipped"), &json!(2), &json!(0)),
+        "{lang}"
     );
     let unpaid = worker
         .on_expire_n(
@@ -49,7 +62,7 @@ fn a_three_topic_plugin_gets_one_event_per_topic_and_the_partners_of_an_expiry()
             &[Vec::new(), Vec::new()],
         )
         .unwrap();
-    assert_eq!(body(&unpaid[0])["status"], "unpaid");
+    assert_eq!(body(&unpaid[0])["status"], "unpaid", "{lang}");
 
     // A batch: what the calls one by one gave, in order; a wrong event count is that call's
     // error only.
@@ -70,21 +83,20 @@ fn a_three_topic_plugin_gets_one_event_per_topic_and_the_partners_of_an_expiry()
         },
     ];
     let results = worker.on_batch(&calls).expect("plugin-n batches").unwrap();
-    assert_eq!(results.len(), 3);
-    assert_eq!(body(&results[0].as_ref().unwrap()[0])["status"], "shipped");
+    assert_eq!(results.len(), 3, "{lang}");
+    let status = |i: usize| body(&results[i].as_ref().unwrap()[0])["status"].clone();
+    assert_eq!(status(0), "shipped", "{lang}");
     assert_eq!(
         results[1].as_ref().unwrap_err(),
-        "a three-topic join gives 3 events, not 2"
+        "a three-topic join gives 3 events, not 2",
+        "{lang}"
     );
-    assert_eq!(
-        body(&results[2].as_ref().unwrap()[0])["status"],
-        "not-shipped"
-    );
+    assert_eq!(status(2), "not-shipped", "{lang}");
 }
 
 #[test]
 fn each_world_refuses_the_other_worlds_calls_naming_the_world_it_needs() {
-    let mut n_way = registry("order_shipped.wasm", PluginLimits::default(), &[])
+    let mut n_way = registry("order_shipped_rust.wasm", PluginLimits::default(), &[])
         .handle()
         .unwrap();
     let (a, b) = (event("orders", "k", 1), event("payments", "k", 2));
