@@ -151,7 +151,7 @@ pub fn required(config: &Config, plan: &Plan) -> Vec<Permission> {
             });
         }
     };
-    for topic in [&config.join.left, &config.join.right] {
+    for topic in &config.join.topics {
         need(
             Resource::Topic(topic.clone()),
             Operation::Read,
@@ -264,7 +264,7 @@ dead_letter_topic = "dlq"
     }
 
     fn plan(config: &Config, counts: [usize; 2]) -> Plan {
-        crate::repartition::plan(&config.join, &config.kafka.group_id, counts[0], counts[1])
+        crate::repartition::plan(&config.join, &config.kafka.group_id, &counts)
     }
 
     fn listed(perms: &[Permission]) -> Vec<String> {

@@ -134,7 +134,7 @@ pub fn state_dir_report(base: &Path, report: &mut CheckReport) {
 
 /// What the broker says: topics, permissions, repartitioning, and where the producers put keys.
 fn broker_report(config: &Config, per_topic: usize, report: &mut CheckReport) -> Result<()> {
-    let (left, right) = (config.join.left.as_str(), config.join.right.as_str());
+    let topics: Vec<&str> = config.join.topics.iter().map(String::as_str).collect();
     // A group of its own that it never joins (librdkafka's assign needs one); a principal with no
     // ACL on it sees one GroupAuthorizationFailed logged by librdkafka, and nothing fails.
     let client =
@@ -176,10 +176,11 @@ fn broker_report(config: &Config, per_topic: usize, report: &mut CheckReport) ->
                     == Some(rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
         })
     };
-    let (lc, rc) = (count(left), count(right));
-    report
-        .lines
-        .push(format!("{left}: {lc} partitions; {right}: {rc} partitions"));
+    let counts: Vec<usize> = topics.iter().map(|t| count(t)).collect();
+    let listed: Vec<String> = (topics.iter().zip(&counts))
+        .map(|(t, c)| format!("{t}: {c} partitions"))
+        .collect();
+    report.lines.push(listed.join("; "));
     let outputs = [
         ("output.topic", Some(&config.output.topic)),
         (
@@ -199,35 +200,58 @@ fn broker_report(config: &Config, per_topic: usize, report: &mut CheckReport) ->
             None => {}
         }
     }
-    let plan = crate::repartition::plan(&config.join, &config.kafka.group_id, lc, rc);
+    let plan = crate::repartition::plan(&config.join, &config.kafka.group_id, &counts);
     permissions_report(config, &plan, report)?;
-    if hidden(left) || hidden(right) {
+    if topics.iter().any(|t| hidden(t)) {
         // Partition counts and keys cannot be read until the permissions are granted.
         return Ok(());
     }
-    if lc > 0 && rc > 0 && !plan.sides.is_empty() {
-        return repartition_report(config, &consumer, &plan, [lc, rc], per_topic, report);
+    if !counts.contains(&0) && !plan.sides.is_empty() {
+        return repartition_report(config, &consumer, &plan, &counts, per_topic, report);
     }
+    let named = match topics.as_slice() {
+        [left, right] => format!("{left} and {right}"),
+        [first @ .., last] => format!("{} and {last}", first.join(", ")),
+        [] => String::new(),
+    };
     report.lines.push(format!(
-        "no repartitioning: the join reads {left} and {right} as they are, by record key"
+        "no repartitioning: the join reads {named} as they are, by record key"
     ));
-    if let Err(e) = assignment::check_counts(left, lc, right, rc) {
+    let with_counts: Vec<(&str, usize)> =
+        topics.iter().copied().zip(counts.iter().copied()).collect();
+    if let Err(e) = assignment::check_counts(&with_counts) {
         report.problems.push(e.to_string());
         return Ok(());
     }
-
-    let l = sample(&consumer, left, lc, per_topic)?;
-    let r = sample(&consumer, right, rc, per_topic)?;
-    for (topic, keys) in [(left, &l), (right, &r)] {
+    let mut sampled = Vec::new();
+    for (&topic, &count) in topics.iter().zip(&counts) {
+        let keys = sample(&consumer, topic, count, per_topic)?;
         let samples: Vec<(Vec<u8>, i32)> = keys.iter().map(|(k, p)| (k.clone(), *p)).collect();
-        let fits = partitioner::consistent_partitioners(&samples, lc);
+        let fits = partitioner::consistent_partitioners(&samples, counts[0]);
         report.lines.push(format!(
             "{topic}: {} keys sampled, partitioned by {}",
             keys.len(),
             describe(&fits)
         ));
+        sampled.push(keys);
     }
-    let mismatched = partitioner::mismatched_keys(&l, &r);
+    // Every topic against the first: a key must sit in the same partition number in all.
+    for (j, r) in sampled.iter().enumerate().skip(1) {
+        co_partitioned(topics[0], &sampled[0], topics[j], r, topics.len(), report);
+    }
+    Ok(())
+}
+
+/// Whether the keys sampled in both `left` and `right` sit in the same partition numbers.
+fn co_partitioned(
+    left: &str,
+    l: &std::collections::HashMap<Vec<u8>, i32>,
+    right: &str,
+    r: &std::collections::HashMap<Vec<u8>, i32>,
+    topics: usize,
+    report: &mut CheckReport,
+) {
+    let mismatched = partitioner::mismatched_keys(l, r);
     if !mismatched.is_empty() {
         let examples: Vec<String> = mismatched
             .iter()
@@ -249,11 +273,14 @@ fn broker_report(config: &Config, per_topic: usize, report: &mut CheckReport) ->
         ));
     } else {
         let both = l.keys().filter(|k| r.contains_key(*k)).count();
+        let which = match topics {
+            2 => "both topics".to_owned(),
+            _ => format!("both {left} and {right}"),
+        };
         report.lines.push(format!(
-            "{both} keys found in both topics, all in the same partition number"
+            "{both} keys found in {which}, all in the same partition number"
         ));
     }
-    Ok(())
 }
 
 /// Asks the broker for every permission the config needs: a missing one is a problem naming the
@@ -295,7 +322,7 @@ fn repartition_report(
     config: &Config,
     consumer: &BaseConsumer,
     plan: &crate::repartition::Plan,
-    counts: [usize; 2],
+    counts: &[usize],
     per_topic: usize,
     report: &mut CheckReport,
 ) -> Result<()> {
@@ -306,12 +333,12 @@ fn repartition_report(
             side.source, side.internal, plan.partitions, side.why, side.source
         ));
     }
-    let topics = [&config.join.left, &config.join.right];
-    for i in 0..2 {
+    let topics = &config.join.topics;
+    for i in 0..topics.len() {
         if plan.sides.iter().any(|s| s.source == *topics[i]) {
             continue;
         }
-        let keys = sample(consumer, topics[i], counts[i], per_topic)?;
+        let keys = sample(consumer, &topics[i], counts[i], per_topic)?;
         let samples: Vec<(Vec<u8>, i32)> = keys.iter().map(|(k, p)| (k.clone(), *p)).collect();
         let fits = partitioner::consistent_partitioners(&samples, counts[i]);
         report.lines.push(format!(

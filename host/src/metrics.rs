@@ -182,7 +182,7 @@ metrics! {
 }
 
 /// State held by one task, and how far behind its partitions are: the per-task gauges.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TaskGauges {
     pub events: usize,
     pub bytes: usize,
@@ -193,8 +193,8 @@ pub struct TaskGauges {
     pub queued_bytes: usize,
     pub queued_peak_bytes: usize,
     pub paused: usize,
-    /// Records behind the high watermark, per side (left, right), when known.
-    pub lag: [Option<i64>; 2],
+    /// Records behind the high watermark, per side (left, right, third, …), when known.
+    pub lag: Vec<Option<i64>>,
     /// Milliseconds records waited for a side since the task started here.
     pub waited_ms: i64,
 }
@@ -216,7 +216,11 @@ const _: fn(FailureKind) = |kind| match kind {
     | FailureKind::Unavailable => {}
 };
 
-const SIDES: [&str; 2] = ["left", "right"];
+/// The `side` label of a topic's place in the join: a two-topic join's left and right, then the
+/// third and later topics of `join.topics`.
+const SIDES: [&str; crate::event::MAX_TOPICS] = [
+    "left", "right", "third", "fourth", "fifth", "sixth", "seventh", "eighth",
+];
 
 /// The content type of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -276,7 +280,7 @@ impl Metrics {
         self.task_waited_seconds
             .get_or_create(&Task { task })
             .set(gauges.waited_ms as f64 / 1000.0);
-        for (side, lag) in SIDES.into_iter().zip(gauges.lag) {
+        for (side, &lag) in SIDES.into_iter().zip(&gauges.lag) {
             let labels = TaskSide { task, side };
             match lag {
                 Some(behind) => {

@@ -27,8 +27,8 @@ pub enum Happened<'a> {
         url: &'a dyn Display,
     },
     JoiningGroup {
-        left: &'a str,
-        right: &'a str,
+        /// The topics the join reads, in order (internal ones for repartitioned topics).
+        topics: &'a [String],
         partitions: usize,
         group: &'a str,
     },
@@ -44,15 +44,14 @@ pub enum Happened<'a> {
         unknown: &'a [String],
     },
     /// Partitions taken from this host, by partition number, of the left and the right topic.
+    /// Per topic of the join, in order.
     PartitionsRevoked {
-        left: &'a [i32],
-        right: &'a [i32],
+        by_topic: &'a [Vec<i32>],
     },
-    /// Partitions given to this host (`added`), and all it holds now (`left`, `right`).
+    /// Partitions given to this host (`added`), and all it holds now (`held`), per topic.
     Assignment {
-        left: &'a [i32],
-        right: &'a [i32],
-        added: [&'a [i32]; 2],
+        held: &'a [Vec<i32>],
+        added: &'a [Vec<i32>],
     },
     /// Every held partition has its pair again: the rebalance is over for this host.
     RebalanceDone {
@@ -62,15 +61,15 @@ pub enum Happened<'a> {
     /// A task started; `waited_ms` is how long its first half waited for the second.
     TaskAssigned {
         task: i32,
-        start: &'a [CommitPoint; 2],
+        /// Per topic of the join, in order.
+        start: &'a [CommitPoint],
         waited_ms: Option<i64>,
     },
     /// One partition of a task has been held for a while without the other.
     TaskWaiting {
         task: i32,
         waited_ms: i64,
-        left: &'a str,
-        right: &'a str,
+        topics: &'a [String],
     },
     TaskRevoked {
         task: i32,
@@ -96,8 +95,7 @@ pub enum Happened<'a> {
     TaskHalted {
         task: i32,
         reason: &'a str,
-        left: &'a str,
-        right: &'a str,
+        topics: &'a [String],
     },
     LeftGroup,
     Committed {
@@ -152,12 +150,16 @@ impl Happened<'_> {
                 tracing::info!(target: "cojoin::report", %url, "admin server listening (/metrics, /healthz, /readyz, /plugins)");
             }
             JoiningGroup {
-                left,
-                right,
+                topics,
                 partitions,
                 group,
             } => {
-                tracing::info!(target: "cojoin::report", left, right, partitions, group, "joining the group");
+                let (left, right, more) = (&topics[0], &topics[1], &topics[2..]);
+                if more.is_empty() {
+                    tracing::info!(target: "cojoin::report", left, right, partitions, group, "joining the group");
+                } else {
+                    tracing::info!(target: "cojoin::report", left, right, ?more, partitions, group, "joining the group");
+                }
             }
             GroupProtocol { protocol, why } => {
                 metrics.set_group_protocol(protocol);
@@ -166,13 +168,26 @@ impl Happened<'_> {
             PermissionsChecked { granted, unknown } => {
                 tracing::info!(target: "cojoin::report", ?unknown, "Kafka permissions checked: {granted} granted, none missing");
             }
-            PartitionsRevoked { left, right } => {
-                tracing::info!(target: "cojoin::report", ?left, ?right, "partitions revoked");
+            PartitionsRevoked { by_topic } => {
+                let (left, right, more) = (&by_topic[0], &by_topic[1], &by_topic[2..]);
+                if more.is_empty() {
+                    tracing::info!(target: "cojoin::report", ?left, ?right, "partitions revoked");
+                } else {
+                    tracing::info!(target: "cojoin::report", ?left, ?right, ?more, "partitions revoked");
+                }
             }
-            Assignment { left, right, added } => {
-                // Both topics side by side: co-partitioning is visible in the log.
-                tracing::info!(target: "cojoin::report", ?left, ?right,
-                    added_left = ?added[0], added_right = ?added[1], "assignment");
+            Assignment { held, added } => {
+                // The topics side by side: co-partitioning is visible in the log. A join of
+                // three topics or more gives the third and later as `more`.
+                let (left, right, more) = (&held[0], &held[1], &held[2..]);
+                let (added_left, added_right, added_more) = (&added[0], &added[1], &added[2..]);
+                if more.is_empty() {
+                    tracing::info!(target: "cojoin::report", ?left, ?right,
+                        ?added_left, ?added_right, "assignment");
+                } else {
+                    tracing::info!(target: "cojoin::report", ?left, ?right, ?more,
+                        ?added_left, ?added_right, ?added_more, "assignment");
+                }
             }
             RebalanceDone { took_ms, tasks } => {
                 metrics.rebalances.inc();
@@ -193,21 +208,27 @@ impl Happened<'_> {
                         .pair_wait_seconds
                         .inc_by(waited.max(0) as f64 / 1000.0);
                 }
+                let more: Vec<_> = (start[2..].iter())
+                    .map(|p| (p.offset, p.processed_through))
+                    .collect();
                 tracing::info!(target: "cojoin::report", task,
                     left_offset = start[0].offset, right_offset = start[1].offset,
                     left_processed_through = ?start[0].processed_through,
                     right_processed_through = ?start[1].processed_through,
+                    more_offsets_processed_through = ?more,
                     waited_for_pair_ms = ?waited_ms,
                     "task assigned");
             }
             TaskWaiting {
                 task,
                 waited_ms,
-                left,
-                right,
+                topics,
             } => {
+                let partitions: Vec<String> =
+                    topics.iter().map(|t| format!("{t}-{task}")).collect();
+                let partitions = partitions.join(" and ");
                 tracing::warn!(target: "cojoin::report", task, waited_ms,
-                    "task {task}: this host holds one of {left}-{task} and {right}-{task} without the other; that half stays paused until the group moves the other here or the first away (if it lasts, check that every member of the group runs the same join)");
+                    "task {task}: this host holds some of {partitions} without the others; those it holds stay paused until the group moves the others here or these away (if it lasts, check that every member of the group runs the same join)");
             }
             TaskRevoked { task } => {
                 metrics.tasks_revoked.inc();
@@ -216,11 +237,15 @@ impl Happened<'_> {
             TaskHalted {
                 task,
                 reason,
-                left,
-                right,
+                topics,
             } => {
                 metrics.tasks_halted.inc();
-                tracing::error!(target: "cojoin::report", task, "{reason}; pausing partition {task} of {left} and {right}");
+                let topics = match topics {
+                    [left, right] => format!("{left} and {right}"),
+                    [first @ .., last] => format!("{} and {last}", first.join(", ")),
+                    [] => String::new(),
+                };
+                tracing::error!(target: "cojoin::report", task, "{reason}; pausing partition {task} of {topics}");
             }
             QueueFull {
                 task,

@@ -28,22 +28,21 @@ pub enum AssignmentError {
     Empty { topic: String, other: String },
 }
 
-/// Startup check on topic metadata.
-pub fn check_counts(
-    left: &str,
-    left_count: usize,
-    right: &str,
-    right_count: usize,
-) -> Result<(), AssignmentError> {
-    for (topic, count, other) in [(left, left_count, right), (right, right_count, left)] {
+/// Startup check on topic metadata: every topic the join reads, with its partition count, in
+/// `join.topics` order. A mismatch names the first topic and the first that differs from it.
+pub fn check_counts(topics: &[(&str, usize)]) -> Result<(), AssignmentError> {
+    for (i, &(topic, count)) in topics.iter().enumerate() {
         if count == 0 {
+            let other = topics[if i == 0 { 1 } else { 0 }].0;
             return Err(AssignmentError::Empty {
                 topic: topic.to_owned(),
                 other: other.to_owned(),
             });
         }
     }
-    if left_count != right_count {
+    let (left, left_count) = topics[0];
+    let differs = topics[1..].iter().find(|(_, c)| *c != left_count);
+    if let Some(&(right, right_count)) = differs {
         let smaller = if left_count < right_count {
             left
         } else {
@@ -67,7 +66,7 @@ mod tests {
 
     #[test]
     fn unequal_counts_are_refused_naming_topics_counts_and_fix() {
-        let err = check_counts("orders", 6, "payments", 4)
+        let err = check_counts(&[("orders", 6), ("payments", 4)])
             .unwrap_err()
             .to_string();
         assert!(
@@ -75,9 +74,9 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("--topic payments --partitions 6"), "{err}");
-        assert!(check_counts("orders", 6, "payments", 6).is_ok());
+        assert!(check_counts(&[("orders", 6), ("payments", 6)]).is_ok());
         assert!(matches!(
-            check_counts("orders", 0, "payments", 6),
+            check_counts(&[("orders", 0), ("payments", 6)]),
             Err(AssignmentError::Empty { .. })
         ));
     }

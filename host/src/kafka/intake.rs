@@ -66,7 +66,7 @@ pub trait Tasks {
     fn stop(&mut self, p: i32) -> bool;
     /// Starts task p at its committed points; `end_offsets` are what the broker reports now (the
     /// floor below which the consumer's cached end offsets are stale).
-    fn start(&mut self, p: i32, start: [CommitPoint; 2], end_offsets: [i64; 2]);
+    fn start(&mut self, p: i32, start: Vec<CommitPoint>, end_offsets: Vec<i64>);
 }
 
 /// Makes the consumer again (a static member whose id the broker still holds).
@@ -89,7 +89,7 @@ pub struct Intake {
     /// `memory.queue_bytes`, shared by the tasks held (task/backpressure.rs).
     queue_bytes: u64,
     /// Records handed to tasks (or dropped for want of one), per side.
-    consumed: [u64; 2],
+    consumed: Vec<u64>,
     /// Tasks already reported as waiting for their pair.
     waiting_reported: BTreeSet<i32>,
     /// A record larger than a task side's queue share was reported (once per host).
@@ -109,16 +109,17 @@ impl Intake {
         queue_bytes: u64,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let topics = source.topic_count();
         Intake {
             source,
             watermarks,
             remake,
-            pairing: Pairing::new(eager),
+            pairing: Pairing::with_topics(topics, eager),
             paused: Paused::default(),
             ahead: Polled::default(),
             metrics,
             queue_bytes,
-            consumed: [0; 2],
+            consumed: vec![0; topics],
             waiting_reported: BTreeSet::new(),
             large_record_reported: false,
             id_held_attempts: 0,
@@ -277,7 +278,8 @@ impl Intake {
         let Some(queued) = tasks.queue(record) else {
             return Ok(false);
         };
-        if !marks.must_pause(queued, self.paused.backpressured(p)[side.index()]) {
+        let topics = self.source.topic_count();
+        if !marks.must_pause(queued, self.paused.backpressured(p, topics)[side.index()]) {
             return Ok(false);
         }
         self.pause(side, p, Pause::Backpressure)?;
@@ -315,21 +317,21 @@ impl Intake {
         Ok(())
     }
 
-    /// Pauses both partitions of a task that halted (`plugin.failure = "halt"`).
+    /// Pauses every partition of a task that halted (`plugin.failure = "halt"`).
     pub fn halt(&mut self, p: i32) -> Result<()> {
-        for side in [Side::LEFT, Side::RIGHT] {
+        for side in Side::all(self.source.topic_count()) {
             self.pause(side, p, Pause::Halted)?;
         }
         Ok(())
     }
 
     /// Which sides of task p are paused for backpressure (the task waits for an empty one).
-    pub fn backpressured(&self, p: i32) -> [bool; 2] {
-        self.paused.backpressured(p)
+    pub fn backpressured(&self, p: i32) -> Vec<bool> {
+        self.paused.backpressured(p, self.source.topic_count())
     }
 
     /// End offsets of task p's partitions as the consumer last saw them in a fetch response.
-    pub fn end_offsets_seen(&self, p: i32) -> [Option<i64>; 2] {
+    pub fn end_offsets_seen(&self, p: i32) -> Vec<Option<i64>> {
         self.source.cached_end_offsets(p)
     }
 
@@ -460,24 +462,24 @@ impl Intake {
             if self.revoked_meanwhile().contains(&p) {
                 continue;
             }
-            let start = starts[&p];
+            let start = starts[&p].clone();
             self.source.rewind_and_resume(p, &start)?;
             self.ahead.forget(p);
             self.paused.clear_task(p);
-            tasks.start(p, start, ends[&p]);
             self.source.publish(p, &start);
+            tasks.start(p, start, ends[&p].clone());
         }
         Ok(())
     }
 
     /// Records behind the high watermark per task and side.
-    pub fn lag(&self, tasks: &impl Tasks) -> HashMap<i32, [Option<i64>; 2]> {
+    pub fn lag(&self, tasks: &impl Tasks) -> HashMap<i32, Vec<Option<i64>>> {
         self.source.lag(tasks.held().into_iter())
     }
 
     /// Records handed over per side, since the start.
-    pub fn consumed(&self) -> [u64; 2] {
-        self.consumed
+    pub fn consumed(&self) -> &[u64] {
+        &self.consumed
     }
 
     /// Lone halves: how many wait for their pair.

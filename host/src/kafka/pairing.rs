@@ -1,5 +1,5 @@
-//! Tasks follow partitions, not rebalances (pure). A task is partition p of both joined topics; it
-//! is active only while this host holds both. The group hands partitions over as deltas: the
+//! Tasks follow partitions, not rebalances (pure). A task is partition p of every joined topic; it
+//! is active only while this host holds all of them. The group hands partitions over as deltas: the
 //! classic eager protocol revokes everything and assigns everything, while the new protocol
 //! (KIP-848) moves partitions one at a time, so a host can hold orders-3 before (or after) it holds
 //! payments-3. [`Pairing`] turns those deltas into what the run loop must do: stop a task when
@@ -37,8 +37,10 @@ pub struct Settled {
 
 #[derive(Debug, Default)]
 pub struct Pairing {
-    /// Held partitions per task number: `[left, right]`.
-    held: BTreeMap<i32, [bool; 2]>,
+    /// Topics joined: a task is active when all are held.
+    topics: usize,
+    /// Held partitions per task number: one bit per topic (bit 0 the first).
+    held: BTreeMap<i32, u8>,
     active: BTreeSet<i32>,
     /// Lone halves and since when (ms).
     waiting: BTreeMap<i32, i64>,
@@ -50,8 +52,16 @@ pub struct Pairing {
 }
 
 impl Pairing {
+    /// The pairing of a two-topic join.
     pub fn new(eager: bool) -> Self {
+        Pairing::with_topics(2, eager)
+    }
+
+    /// The pairing of a join of `topics` topics.
+    pub fn with_topics(topics: usize, eager: bool) -> Self {
+        assert!((2..=crate::event::MAX_TOPICS).contains(&topics));
         Pairing {
+            topics,
             eager,
             ..Pairing::default()
         }
@@ -72,7 +82,7 @@ impl Pairing {
         let mut touched = BTreeSet::new();
         for &(side, p) in revoked {
             if let Some(held) = self.held.get_mut(&p) {
-                held[side.index()] = false;
+                *held &= !(1 << side.index());
             }
             if self.active.remove(&p) {
                 changes.stop.push(p);
@@ -80,30 +90,27 @@ impl Pairing {
             touched.insert(p);
         }
         for &(side, p) in assigned {
-            self.held.entry(p).or_default()[side.index()] = true;
+            *self.held.entry(p).or_default() |= 1 << side.index();
             touched.insert(p);
         }
+        let all = (1u8 << self.topics) - 1;
         for p in touched {
             let held = self.held.get(&p).copied().unwrap_or_default();
-            match held {
-                [true, true] => {
-                    if !self.active.contains(&p) {
-                        self.active.insert(p);
-                        let waited = self.waiting.remove(&p).map(|since| now_ms - since);
-                        changes.start.push((p, waited));
-                    }
+            if held == all {
+                if !self.active.contains(&p) {
+                    self.active.insert(p);
+                    let waited = self.waiting.remove(&p).map(|since| now_ms - since);
+                    changes.start.push((p, waited));
                 }
-                [false, false] => {
-                    self.held.remove(&p);
-                    self.waiting.remove(&p);
-                }
-                [left, _] => {
-                    let side = if left { Side::LEFT } else { Side::RIGHT };
-                    // A half that just lost its pair, or arrived without it: pause it (pausing
-                    // again a half already waiting is harmless).
-                    self.waiting.entry(p).or_insert(now_ms);
-                    changes.pause.push((side, p));
-                }
+            } else if held == 0 {
+                self.held.remove(&p);
+                self.waiting.remove(&p);
+            } else {
+                // Partitions that just lost their pair, or arrived without it: paused (pausing
+                // again one already waiting is harmless).
+                self.waiting.entry(p).or_insert(now_ms);
+                let sides = Side::all(self.topics).filter(|s| held & (1 << s.index()) != 0);
+                changes.pause.extend(sides.map(|side| (side, p)));
             }
         }
         let settled = self.settle(now_ms, !assigned.is_empty());
@@ -136,15 +143,17 @@ impl Pairing {
         self.waiting.iter().map(|(p, since)| (*p, *since))
     }
 
-    /// The partition numbers held of the left and of the right topic.
-    pub fn held(&self) -> [Vec<i32>; 2] {
-        [0, 1].map(|side| {
-            self.held
-                .iter()
-                .filter(|(_, held)| held[side])
-                .map(|(p, _)| *p)
-                .collect()
-        })
+    /// The partition numbers held of each topic, in topic order.
+    pub fn held(&self) -> Vec<Vec<i32>> {
+        (0..self.topics)
+            .map(|side| {
+                self.held
+                    .iter()
+                    .filter(|(_, held)| *held & (1 << side) != 0)
+                    .map(|(p, _)| *p)
+                    .collect()
+            })
+            .collect()
     }
 
     pub fn waiting(&self) -> usize {

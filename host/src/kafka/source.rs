@@ -65,24 +65,23 @@ pub struct Source {
     /// Exactly-once: commits go through the transaction, not the consumer.
     transactions: Option<Arc<SinkTransactions>>,
     /// Every event of a topic shares its name: no allocation of a topic string per record.
-    topics: [Arc<str>; 2],
+    topics: Vec<Arc<str>>,
     /// The consumer group, and who the broker sees this host as: named when the broker refuses.
     group: String,
     principal: String,
 }
 
 impl Source {
-    /// A consumer for `left` and `right`, not yet subscribed; what happens to it is reported to
-    /// `metrics`.
+    /// A consumer for the join's `topics` (in order), not yet subscribed; what happens to it is
+    /// reported to `metrics`.
     pub fn new(
         config: &ClientConfig,
-        left: &str,
-        right: &str,
+        topics: &[String],
         metrics: Arc<Metrics>,
         transactions: Option<Arc<SinkTransactions>>,
     ) -> Result<Self> {
         let shared = Arc::new(Mutex::new(Shared::default()));
-        let topics: [Arc<str>; 2] = [left.into(), right.into()];
+        let topics: Vec<Arc<str>> = topics.iter().map(|t| t.as_str().into()).collect();
         let consumer = config
             .create_with_context(RebalanceContext {
                 shared: shared.clone(),
@@ -141,9 +140,9 @@ impl Source {
 
     /// Joins the group.
     pub fn subscribe(&self) -> Result<()> {
-        let [left, right] = &self.topics;
+        let topics: Vec<&str> = self.topics.iter().map(|t| &**t).collect();
         self.consumer
-            .subscribe(&[left, right])
+            .subscribe(&topics)
             .context("subscribing to the joined topics")
     }
 
@@ -185,15 +184,16 @@ impl Source {
     }
 
     fn record(&self, m: &BorrowedMessage<'_>) -> Record {
-        let side = if m.topic() == &*self.topics[0] {
-            Side::LEFT
-        } else {
-            Side::RIGHT
-        };
+        let side = side_of(&self.topics, m.topic());
         Record {
             side,
             event: event_of(m, &self.topics[side.index()]),
         }
+    }
+
+    /// How many topics the join reads.
+    pub fn topic_count(&self) -> usize {
+        self.topics.len()
     }
 
     /// This consumer's member id in the group, once it has one.
@@ -252,4 +252,11 @@ fn lock(
     shared: &std::sync::Mutex<rebalance::Shared>,
 ) -> std::sync::MutexGuard<'_, rebalance::Shared> {
     shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The side of a record of `topic`: its place among the join's `topics`. The consumer is
+/// subscribed to those alone, so any other topic is a bug.
+pub(crate) fn side_of(topics: &[Arc<str>], topic: &str) -> Side {
+    let at = topics.iter().position(|t| **t == *topic);
+    Side::of(at.expect("the consumer reads the join's topics only"))
 }

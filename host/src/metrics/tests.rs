@@ -41,7 +41,7 @@ fn busy() -> Metrics {
             queued_bytes: 1_000,
             queued_peak_bytes: 2_000,
             paused: 1,
-            lag: [Some(5), Some(0)],
+            lag: vec![Some(5), Some(0)],
             waited_ms: 1_500,
         },
     );
@@ -98,7 +98,7 @@ fn the_text_format_has_cumulative_buckets_and_escaped_labels() {
             bytes: 400,
             queued_bytes: 1_000,
             paused: 1,
-            lag: [Some(5), None],
+            lag: vec![Some(5), None],
             waited_ms: 250,
             ..TaskGauges::default()
         },
@@ -144,7 +144,7 @@ fn a_task_no_longer_held_leaves_the_page_and_counters_add_up_over_rounds() {
     m.set_task(
         3,
         &TaskGauges {
-            lag: [None, Some(1)],
+            lag: vec![None, Some(1)],
             ..TaskGauges::default()
         },
     );

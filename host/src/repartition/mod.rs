@@ -33,8 +33,8 @@ pub struct SidePlan {
 /// What the join reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// The topics the join consumes, left then right: a source topic or an internal one.
-    pub join_topics: [String; 2],
+    /// The topics the join consumes, in `join.topics` order: a source topic or an internal one.
+    pub join_topics: Vec<String>,
     /// The join's partition count (of every topic it reads).
     pub partitions: usize,
     /// The repartitioned sides (none, one or both).
@@ -44,14 +44,16 @@ pub struct Plan {
 impl Plan {
     /// The partition counts of the topics the join reads, from the source topics' counts: an
     /// internal topic has the plan's count (the step creates it so, or refuses to start).
-    pub fn join_counts(&self, source_counts: [usize; 2]) -> [usize; 2] {
-        [Side::LEFT, Side::RIGHT].map(|side| {
-            if self.sides.iter().any(|s| s.side == side) {
-                self.partitions
-            } else {
-                source_counts[side.index()]
-            }
-        })
+    pub fn join_counts(&self, source_counts: &[usize]) -> Vec<usize> {
+        (Side::all(source_counts.len()))
+            .map(|side| {
+                if self.sides.iter().any(|s| s.side == side) {
+                    self.partitions
+                } else {
+                    source_counts[side.index()]
+                }
+            })
+            .collect()
     }
 }
 
@@ -63,35 +65,44 @@ pub fn internal_topic(group: &str, topic: &str) -> String {
 /// Decides, from the config and the source topics' partition counts. With `never` (or a topic
 /// without partitions) nothing is repartitioned, and the join's own check of its topics' counts
 /// refuses unequal ones as before.
-pub fn plan(join: &JoinConfig, group: &str, left_count: usize, right_count: usize) -> Plan {
-    let topics = [join.left.clone(), join.right.clone()];
-    let keys = [join.left_key.clone(), join.right_key.clone()];
-    let counts = [left_count, right_count];
+/// `counts`: the source topics' partition counts, in `join.topics` order. With unequal counts
+/// and no key from a value, the join's count is the largest, and the topics with fewer are
+/// repartitioned to it; a topic keyed from its value is always repartitioned, to the largest
+/// count of those that are not (or of all, when every topic is).
+pub fn plan(join: &JoinConfig, group: &str, counts: &[usize]) -> Plan {
+    let topics = join.topics.clone();
+    let keys = &join.selectors;
     if join.repartition == RepartitionPolicy::Never || counts.contains(&0) {
         return Plan {
             join_topics: topics,
-            partitions: left_count,
+            partitions: counts[0],
             sides: Vec::new(),
         };
     }
-    let by_field = [!keys[0].is_record_key(), !keys[1].is_record_key()];
-    let partitions = join.partitions.unwrap_or(match by_field {
-        [true, false] => right_count,
-        [false, true] => left_count,
-        _ => left_count.max(right_count),
+    let by_field: Vec<bool> = keys.iter().map(|k| !k.is_record_key()).collect();
+    let as_produced = (counts.iter().zip(&by_field))
+        .filter(|(_, by_field)| !**by_field)
+        .map(|(c, _)| *c)
+        .max();
+    let partitions = (join.partitions).unwrap_or_else(|| {
+        as_produced.unwrap_or_else(|| counts.iter().copied().max().unwrap_or(0))
     });
     let mut sides = Vec::new();
     let mut join_topics = topics.clone();
-    for i in 0..2 {
-        let other = 1 - i;
+    for i in 0..topics.len() {
+        // A topic read as it is at the join's count, to name in the reason.
+        let other = (0..topics.len())
+            .find(|&j| j != i && counts[j] == partitions && !by_field[j])
+            .unwrap_or(1 - i.min(1));
         let why = if join.repartition == RepartitionPolicy::Always {
             "join.repartition is \"always\"".to_owned()
         } else if by_field[i] {
-            format!(
-                "its join key is {} in the value ({}_key)",
-                keys[i],
-                ["left", "right"][i]
-            )
+            let setting = match (topics.len(), i) {
+                (2, 0) => "left_key",
+                (2, _) => "right_key",
+                _ => "join.keys",
+            };
+            format!("its join key is {} in the value ({setting})", keys[i])
         } else if counts[i] != partitions {
             if join.partitions.is_some() {
                 format!(
@@ -110,7 +121,7 @@ pub fn plan(join: &JoinConfig, group: &str, left_count: usize, right_count: usiz
         let internal = internal_topic(group, &topics[i]);
         join_topics[i] = internal.clone();
         sides.push(SidePlan {
-            side: [Side::LEFT, Side::RIGHT][i],
+            side: Side::of(i),
             source: topics[i].clone(),
             internal,
             key: keys[i].clone(),
@@ -137,30 +148,30 @@ mod tests {
 
     #[test]
     fn co_partitioned_topics_keyed_by_their_record_key_are_read_as_they_are() {
-        let p = plan(&join(""), "g", 6, 6);
+        let p = plan(&join(""), "g", &[6, 6]);
         assert_eq!(p.join_topics, ["orders".to_owned(), "payments".to_owned()]);
-        assert_eq!(p.join_counts([6, 6]), [6, 6]);
+        assert_eq!(p.join_counts(&[6, 6]), [6, 6]);
         assert_eq!((p.partitions, p.sides.len()), (6, 0));
     }
 
     #[test]
     fn unequal_counts_repartition_the_smaller_side_to_the_larger_count() {
-        let p = plan(&join(""), "g", 6, 4);
+        let p = plan(&join(""), "g", &[6, 4]);
         assert_eq!(
             p.join_topics,
             ["orders".to_owned(), "g-payments-repartition".to_owned()]
         );
         assert_eq!(p.partitions, 6);
         assert_eq!(p.sides[0].why, "it has 4 partitions, orders has 6");
-        assert_eq!(p.join_counts([6, 4]), [6, 6]);
-        let p = plan(&join(""), "g", 2, 4);
+        assert_eq!(p.join_counts(&[6, 4]), [6, 6]);
+        let p = plan(&join(""), "g", &[2, 4]);
         assert_eq!(p.sides[0].source, "orders");
         assert_eq!(p.partitions, 4);
     }
 
     #[test]
     fn a_key_in_the_value_repartitions_that_side_to_the_other_sides_count() {
-        let p = plan(&join("right_key = \"/order_id\""), "g", 6, 4);
+        let p = plan(&join("right_key = \"/order_id\""), "g", &[6, 4]);
         assert_eq!(p.partitions, 6);
         assert_eq!(p.sides.len(), 1);
         assert_eq!(p.sides[0].key, KeySelector::Pointer("/order_id".into()));
@@ -170,20 +181,19 @@ mod tests {
         let both = plan(
             &join("left_key = \"/id\"\nright_key = \"/order_id\""),
             "g",
-            3,
-            4,
+            &[3, 4],
         );
         assert_eq!((both.partitions, both.sides.len()), (4, 2));
-        let always = plan(&join("repartition = \"always\""), "g", 6, 6);
+        let always = plan(&join("repartition = \"always\""), "g", &[6, 6]);
         assert_eq!((always.partitions, always.sides.len()), (6, 2));
-        let fixed = plan(&join("partitions = 8"), "g", 8, 4);
+        let fixed = plan(&join("partitions = 8"), "g", &[8, 4]);
         assert_eq!((fixed.partitions, fixed.sides.len()), (8, 1));
         assert!(fixed.sides[0].why.contains("join.partitions is 8"));
     }
 
     #[test]
     fn never_reads_the_topics_as_they_are_and_refuses_a_field_key() {
-        let p = plan(&join("repartition = \"never\""), "g", 6, 4);
+        let p = plan(&join("repartition = \"never\""), "g", &[6, 4]);
         assert_eq!((p.sides.len(), &p.join_topics[1][..]), (0, "payments"));
         let text = "[kafka]\nbootstrap_servers = \"b:9092\"\ngroup_id = \"g\"\n[join]\nleft = \"orders\"\nright = \"payments\"\nwindow = \"5m\"\nrepartition = \"never\"\nright_key = \"/order_id\"\n[plugin]\npath = \"p.wasm\"\n[output]\ntopic = \"out\"\ndead_letter_topic = \"dlq\"\n";
         let err = crate::config::Config::parse(text).unwrap_err().to_string();

@@ -83,7 +83,7 @@ struct Running {
     tasks: Held,
     /// The totals the metrics were last brought up to (publish.rs).
     published: publish::Published,
-    lags: HashMap<i32, [Option<i64>; 2]>,
+    lags: HashMap<i32, Vec<Option<i64>>>,
     /// `memory.queue_bytes`, shared by the tasks held (task/backpressure.rs).
     queue_bytes: u64,
     /// Exactly-once: transactional producers renewed since the last committed transaction.
@@ -172,7 +172,7 @@ impl Host {
                 // The join would wait on internal topics that no longer fill.
                 anyhow::bail!("the repartition step stopped: {why}; stopping without committing (a restart resumes from the last commit)");
             }
-            intake.report_waiting(&cfg.join.left, &cfg.join.right);
+            intake.report_waiting(&cfg.join.topics);
             if last_lag.elapsed() >= LAG_INTERVAL {
                 run.lags = intake.lag(&run.tasks);
                 last_lag = Instant::now();

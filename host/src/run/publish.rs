@@ -21,7 +21,7 @@ use super::{Host, Running};
 #[derive(Default)]
 pub(super) struct Published {
     counters: TaskCounters,
-    consumed: [u64; 2],
+    consumed: Vec<u64>,
     acknowledged: Acknowledged,
     tasks: BTreeSet<i32>,
 }
@@ -59,9 +59,10 @@ impl Host {
     ) {
         let m = &*self.metrics;
         let was = &run.published;
-        let sides = [&self.config.join.left, &self.config.join.right];
-        let consumed = intake.consumed();
-        for ((topic, now), was) in sides.into_iter().zip(consumed).zip(was.consumed) {
+        let sides = &self.config.join.topics;
+        let consumed = intake.consumed().to_vec();
+        let before = (was.consumed.iter().copied()).chain(std::iter::repeat(0));
+        for ((topic, now), was) in sides.iter().zip(&consumed).zip(before) {
             m.records_consumed
                 .get_or_create(&Topic {
                     topic: topic.clone(),
@@ -99,7 +100,7 @@ impl Host {
                 queued_bytes: task.queued_bytes(),
                 queued_peak_bytes: task.queued_peak_bytes(),
                 paused: intake.backpressured(*p).into_iter().filter(|&b| b).count(),
-                lag: run.lags.get(p).copied().unwrap_or_default(),
+                lag: run.lags.get(p).cloned().unwrap_or_default(),
                 waited_ms: task.waited_ms(),
             };
             paused += gauges.paused;

@@ -61,7 +61,11 @@ impl Host {
             task.set_wall_clock(wall_clock);
             task.set_end_offsets(&intake.end_offsets_seen(task.partition));
             let p = task.partition;
-            task.set_positions(&[Side::LEFT, Side::RIGHT].map(|s| positions.get(&(p, s)).copied()));
+            let at: Vec<_> = task
+                .sides()
+                .map(|s| positions.get(&(p, s)).copied())
+                .collect();
+            task.set_positions(&at);
             task.set_backpressured(&intake.backpressured(task.partition));
             running.push(task);
         }
@@ -113,8 +117,7 @@ impl Host {
                 Happened::TaskHalted {
                     task: partition,
                     reason,
-                    left: &self.config.join.left,
-                    right: &self.config.join.right,
+                    topics: &self.config.join.topics,
                 }
                 .emit(&self.metrics);
                 intake.halt(partition)?;
@@ -143,8 +146,7 @@ impl Host {
             .iter()
             .flat_map(|(p, task)| {
                 let wanted = task.end_offsets_wanted();
-                [Side::LEFT, Side::RIGHT]
-                    .into_iter()
+                task.sides()
                     .filter(move |side| wanted[side.index()])
                     .map(move |side| (*p, side))
             })
@@ -161,11 +163,11 @@ impl Host {
             if let (Some(end), Some(seen)) = (end, seen) {
                 if end > seen {
                     self.metrics.end_offsets_behind.inc();
-                    let which = if side == Side::LEFT { "left" } else { "right" };
+                    let which = &self.config.join.topics[side.index()];
                     if let Some(said) = crate::quiet::said(
                         &format!("end offset behind {p}"),
                         || {
-                            format!("task {p}: the broker holds its {which} partition up to offset {end}, the consumer's last fetch showed {seen}: waiting for those records rather than going on without them")
+                            format!("task {p}: the broker holds its partition of {which} up to offset {end}, the consumer's last fetch showed {seen}: waiting for those records rather than going on without them")
                         },
                     ) {
                         tracing::info!(target: "cojoin::report", "{said}");

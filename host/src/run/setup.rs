@@ -36,8 +36,7 @@ impl Host {
         let cfg = &self.config;
         // A side re-keyed into an internal topic is read from there (crate::repartition).
         let source_counts = repartitioner::partition_counts(cfg)?;
-        let [left_count, right_count] = source_counts;
-        let plan = repartition::plan(&cfg.join, &cfg.kafka.group_id, left_count, right_count);
+        let plan = repartition::plan(&cfg.join, &cfg.kafka.group_id, &source_counts);
         // Before anything joins, creates or writes: a missing ACL stops the host here, named.
         authz::require(cfg, &plan, &self.metrics)?;
         let (protocol, why) =
@@ -64,7 +63,6 @@ impl Host {
             // (Write, Read, Delete on them) is asked again.
             authz::require(cfg, &plan, &self.metrics)?;
         }
-        let [left, right] = plan.join_topics.clone();
         let transactional_id = (cfg.output.guarantee == Guarantee::ExactlyOnce).then(|| {
             transaction::transactional_id(&cfg.kafka.group_id, cfg.kafka.instance_id.as_deref())
         });
@@ -83,13 +81,12 @@ impl Host {
         );
         let transactions = sink.transactions();
         let metrics = self.metrics.clone();
-        let (source_left, source_right) = (left.clone(), right.clone());
+        let source_topics = plan.join_topics.clone();
         let principal = crate::acl::principal(cfg);
         let new_source = move || -> Result<Source> {
             let mut source = Source::new(
                 &consumer_config,
-                &source_left,
-                &source_right,
+                &source_topics,
                 metrics.clone(),
                 transactions.clone(),
             )?;
@@ -97,13 +94,15 @@ impl Host {
             Ok(source)
         };
         let source = new_source()?;
-        let counts = plan.join_counts(source_counts);
-        assignment::check_counts(&left, counts[0], &right, counts[1])?;
+        let counts = plan.join_counts(&source_counts);
+        let read: Vec<(&str, usize)> = (plan.join_topics.iter().map(String::as_str))
+            .zip(counts.iter().copied())
+            .collect();
+        assignment::check_counts(&read)?;
         sink.verify_topics()?;
         source.subscribe()?;
         Happened::JoiningGroup {
-            left: &left,
-            right: &right,
+            topics: &plan.join_topics,
             partitions: counts[0],
             group: &cfg.kafka.group_id,
         }

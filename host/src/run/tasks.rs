@@ -79,7 +79,7 @@ impl Tasks for Held {
         }
     }
 
-    fn start(&mut self, p: i32, start: [CommitPoint; 2], end_offsets: [i64; 2]) {
+    fn start(&mut self, p: i32, start: Vec<CommitPoint>, end_offsets: Vec<i64>) {
         let mut task = PartitionTask::new(p, self.policy.clone(), &start);
         task.set_wall_clock(crate::clock::now_ms() as i64);
         // The consumer's cached end offsets may predate this assignment (kept from an earlier

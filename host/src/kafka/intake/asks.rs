@@ -60,7 +60,7 @@ impl Intake {
     pub(super) fn committed_points(
         &mut self,
         tasks: &[i32],
-    ) -> Result<HashMap<i32, [CommitPoint; 2]>> {
+    ) -> Result<HashMap<i32, Vec<CommitPoint>>> {
         self.asking(timeouts::COORDINATED, |me, wait| {
             me.source.committed(tasks, wait)
         })
@@ -76,12 +76,13 @@ impl Intake {
     /// asked read_uncommitted: a transaction still open counts), all asked together: the floors below which the
     /// consumer's cached end offsets are stale. 0 for a side not answered within
     /// [`timeouts::REQUEST`] (the first fetch tells).
-    pub(super) fn end_offsets_at_start(&mut self, tasks: &[i32]) -> HashMap<i32, [i64; 2]> {
+    pub(super) fn end_offsets_at_start(&mut self, tasks: &[i32]) -> HashMap<i32, Vec<i64>> {
         let mut given = HashMap::new();
+        let sides = Side::all(self.source.topic_count());
         let asked = self.asking(timeouts::REQUEST, |me, wait| {
             let wanted: Vec<(i32, Side)> = tasks
                 .iter()
-                .flat_map(|&p| [(p, Side::LEFT), (p, Side::RIGHT)])
+                .flat_map(|&p| sides.clone().map(move |side| (p, side)))
                 .filter(|w| !given.contains_key(w))
                 .collect();
             let answer = me.end_offsets_within(&wanted, wait);
@@ -102,7 +103,7 @@ impl Intake {
             .iter()
             .map(|&p| {
                 let end = |side| given.get(&(p, side)).copied().unwrap_or(0);
-                (p, [end(Side::LEFT), end(Side::RIGHT)])
+                (p, sides.clone().map(end).collect())
             })
             .collect()
     }

@@ -62,19 +62,22 @@ impl Paused {
 
     /// Forgets both partitions of task p (sought back and resumed as it starts).
     pub fn clear_task(&mut self, p: i32) {
-        self.0.remove(&(Side::LEFT, p));
-        self.0.remove(&(Side::RIGHT, p));
+        self.0.retain(|(_, q), _| *q != p);
     }
 
     /// Whether either partition of task p is paused, for whatever reason (since an earlier
     /// assignment, maybe).
     pub fn is_paused(&self, p: i32) -> bool {
-        self.0.contains_key(&(Side::LEFT, p)) || self.0.contains_key(&(Side::RIGHT, p))
+        self.0.keys().any(|(_, q)| *q == p)
     }
 
     /// Which sides of task p are paused for backpressure.
-    pub fn backpressured(&self, p: i32) -> [bool; 2] {
-        [Side::LEFT, Side::RIGHT].map(|s| self.0.get(&(s, p)) == Some(&Pause::Backpressure))
+    /// Per side of a join of `topics` topics, whether task p's partition is paused for
+    /// backpressure.
+    pub fn backpressured(&self, p: i32, topics: usize) -> Vec<bool> {
+        Side::all(topics)
+            .map(|s| self.0.get(&(s, p)) == Some(&Pause::Backpressure))
+            .collect()
     }
 
     /// Every partition paused for backpressure, in a stable order.
@@ -107,7 +110,7 @@ mod tests {
             !paused.pause(Side::LEFT, 3, Pause::Backpressure),
             "told once"
         );
-        assert_eq!(paused.backpressured(3), [true, false]);
+        assert_eq!(paused.backpressured(3, 2), [true, false]);
         assert_eq!(paused.backpressured_sides(), [(Side::LEFT, 3)]);
         assert!(paused.resume(Side::LEFT, 3));
         assert!(!paused.resume(Side::LEFT, 3), "not paused any more");
@@ -126,7 +129,7 @@ mod tests {
         assert!(paused.pause(Side::RIGHT, 1, Pause::Halted));
         // Records polled ahead of the halt fill its queue: the pause stays a halt.
         assert!(!paused.pause(Side::RIGHT, 1, Pause::Backpressure));
-        assert_eq!(paused.backpressured(1), [false, false]);
+        assert_eq!(paused.backpressured(1, 2), [false, false]);
         assert!(paused.backpressured_sides().is_empty());
         assert!(paused.is_paused(1));
         paused.clear_task(1);
@@ -138,7 +141,7 @@ mod tests {
         let mut paused = Paused::default();
         assert!(paused.pause(Side::RIGHT, 0, Pause::LoneHalf));
         assert!(paused.is_paused(0));
-        assert_eq!(paused.backpressured(0), [false, false]);
+        assert_eq!(paused.backpressured(0, 2), [false, false]);
         assert!(paused.backpressured_sides().is_empty());
     }
 

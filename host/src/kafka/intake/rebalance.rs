@@ -35,32 +35,31 @@ impl Intake {
         if rebalanced.assignment && rebalanced.assigned.is_empty() {
             settled = settled.or(self.pairing.assigned_nothing(now));
         }
-        let numbers = |moved: &[(Side, i32)], side: Side| -> Vec<i32> {
-            let mut ps: Vec<i32> = moved
-                .iter()
-                .filter(|(s, _)| *s == side)
-                .map(|(_, p)| *p)
-                .collect();
-            ps.sort_unstable();
-            ps
+        let topics = self.source.topic_count();
+        // The partition numbers in `moved`, per topic.
+        let numbers = |moved: &[(Side, i32)]| -> Vec<Vec<i32>> {
+            Side::all(topics)
+                .map(|side| {
+                    let mut ps: Vec<i32> = (moved.iter())
+                        .filter(|(s, _)| *s == side)
+                        .map(|(_, p)| *p)
+                        .collect();
+                    ps.sort_unstable();
+                    ps
+                })
+                .collect()
         };
         if !rebalanced.revoked.is_empty() {
             Happened::PartitionsRevoked {
-                left: &numbers(&rebalanced.revoked, Side::LEFT),
-                right: &numbers(&rebalanced.revoked, Side::RIGHT),
+                by_topic: &numbers(&rebalanced.revoked),
             }
             .emit(&self.metrics);
         }
         if rebalanced.assignment {
             self.metrics.set_member(self.source.member_id());
-            let [left, right] = self.pairing.held();
             Happened::Assignment {
-                left: &left,
-                right: &right,
-                added: [
-                    &numbers(&rebalanced.assigned, Side::LEFT),
-                    &numbers(&rebalanced.assigned, Side::RIGHT),
-                ],
+                held: &self.pairing.held(),
+                added: &numbers(&rebalanced.assigned),
             }
             .emit(&self.metrics);
         }
@@ -83,7 +82,7 @@ impl Intake {
                 if self.revoked_meanwhile().contains(&p) {
                     continue;
                 }
-                let start = starts[&p];
+                let start = starts[&p].clone();
                 // Paused earlier (a lone half, a full queue, a halted task) and librdkafka keeps
                 // that across the revoke: seek to the start and fetch again.
                 if waited_ms.is_some() || self.paused.is_paused(p) {
@@ -98,7 +97,7 @@ impl Intake {
                     waited_ms,
                 }
                 .emit(&self.metrics);
-                tasks.start(p, start, ends[&p]);
+                tasks.start(p, start, ends[&p].clone());
             }
         }
         if let Some(settled) = settled {
@@ -112,8 +111,8 @@ impl Intake {
     }
 
     /// Says once of each task whose lone half has waited for its pair longer than
-    /// [`WAITING_REPORTED_AFTER`]; `left` and `right` name the joined topics.
-    pub fn report_waiting(&mut self, left: &str, right: &str) {
+    /// [`WAITING_REPORTED_AFTER`]; `topics` names the joined topics.
+    pub fn report_waiting(&mut self, topics: &[String]) {
         let now = crate::clock::now_ms() as i64;
         for (p, since) in self.pairing.waiting_since() {
             let waited_ms = now - since;
@@ -123,8 +122,7 @@ impl Intake {
                 Happened::TaskWaiting {
                     task: p,
                     waited_ms,
-                    left,
-                    right,
+                    topics,
                 }
                 .emit(&self.metrics);
             }

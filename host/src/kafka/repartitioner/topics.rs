@@ -16,16 +16,11 @@ use crate::kafka::client;
 use crate::repartition::Plan;
 
 /// The source topics' partition counts, read before anything else connects.
-pub fn partition_counts(config: &Config) -> Result<[usize; 2]> {
+pub fn partition_counts(config: &Config) -> Result<Vec<usize>> {
     let reader: BaseConsumer = metadata_reader(config)?;
-    let mut counts = [0; 2];
-    for (i, topic) in [&config.join.left, &config.join.right]
-        .into_iter()
-        .enumerate()
-    {
-        counts[i] = client::topic_partitions(&reader, topic)?;
-    }
-    Ok(counts)
+    (config.join.topics.iter())
+        .map(|topic| client::topic_partitions(&reader, topic))
+        .collect()
 }
 
 /// Creates each internal topic with the plan's partition count (the brokers' default

@@ -72,14 +72,14 @@ pub(super) fn commit_list(
 }
 
 impl Source {
-    /// The committed points of partition p of both topics, for each p in `tasks`: where a new
+    /// The committed points of partition p of every topic, for each p in `tasks`: where a new
     /// task starts (offset 0 and nothing processed when nothing was committed); an error when the
     /// coordinator does not answer within `timeout`.
     pub fn committed(
         &self,
         tasks: &[i32],
         timeout: std::time::Duration,
-    ) -> Result<HashMap<i32, [CommitPoint; 2]>> {
+    ) -> Result<HashMap<i32, Vec<CommitPoint>>> {
         let mut wanted = TopicPartitionList::new();
         for &p in tasks {
             for topic in &self.topics {
@@ -90,16 +90,15 @@ impl Source {
             .consumer
             .committed_offsets(wanted, timeout)
             .context("reading the committed offsets of the tasks to start")?;
-        let mut starts: HashMap<i32, [CommitPoint; 2]> = tasks
-            .iter()
-            .map(|&p| (p, [CommitPoint::new(0, [], None); 2]))
-            .collect();
+        let fresh = vec![CommitPoint::new(0, [], None); self.topics.len()];
+        let mut starts: HashMap<i32, Vec<CommitPoint>> =
+            tasks.iter().map(|&p| (p, fresh.clone())).collect();
         for e in committed.elements() {
             let offset = match e.offset() {
                 Offset::Offset(o) => o,
                 _ => 0,
             };
-            let side = usize::from(e.topic() != &*self.topics[0]);
+            let side = super::side_of(&self.topics, e.topic()).index();
             if let Some(start) = starts.get_mut(&e.partition()) {
                 start[side] = CommitPoint {
                     offset,

@@ -46,7 +46,7 @@ pub(super) struct Shared {
 pub(super) struct RebalanceContext {
     pub(super) shared: Arc<Mutex<Shared>>,
     pub(super) metrics: Arc<Metrics>,
-    pub(super) topics: [Arc<str>; 2],
+    pub(super) topics: Vec<Arc<str>>,
     pub(super) transactions: Option<Arc<SinkTransactions>>,
 }
 
@@ -183,14 +183,7 @@ impl Source {
     /// What the rebalance callbacks recorded since the last call.
     pub fn rebalanced(&self) -> Rebalanced {
         let mut s = lock(&self.shared);
-        let side = |(topic, p): (String, i32)| {
-            let side = if *topic == *self.topics[0] {
-                Side::LEFT
-            } else {
-                Side::RIGHT
-            };
-            (side, p)
-        };
+        let side = |(topic, p): (String, i32)| (super::side_of(&self.topics, &topic), p);
         Rebalanced {
             revoked: std::mem::take(&mut s.revoked)
                 .into_iter()

@@ -29,10 +29,10 @@ impl Source {
         Ok(())
     }
 
-    /// Moves partition p of both topics back to where task p starts and fetches them: what was
+    /// Moves partition p of every topic back to where task p starts and fetches them: what was
     /// read of a half while it waited for its pair was dropped, and a partition paused earlier
     /// (librdkafka keeps a pause across a revoke) fetches again.
-    pub fn rewind_and_resume(&self, p: i32, start: &[CommitPoint; 2]) -> Result<()> {
+    pub fn rewind_and_resume(&self, p: i32, start: &[CommitPoint]) -> Result<()> {
         let mut tpl = TopicPartitionList::new();
         for (topic, point) in self.topics.iter().zip(start) {
             tpl.add_partition_offset(topic, p, Offset::Offset(point.offset))

@@ -11,10 +11,12 @@ use super::Source;
 use crate::event::Side;
 
 impl Source {
-    /// End offsets of partition p of both topics as the consumer last saw them in a fetch
+    /// End offsets of partition p of every topic as the consumer last saw them in a fetch
     /// response (no broker round trip).
-    pub fn cached_end_offsets(&self, p: i32) -> [Option<i64>; 2] {
-        [0, 1].map(|i| self.cached_high_watermark(&self.topics[i], p))
+    pub fn cached_end_offsets(&self, p: i32) -> Vec<Option<i64>> {
+        (self.topics.iter())
+            .map(|t| self.cached_high_watermark(t, p))
+            .collect()
     }
 
     /// The name of one side's topic.
@@ -36,10 +38,7 @@ impl Source {
         list.elements()
             .iter()
             .filter_map(|e| {
-                let side = match self.topics.iter().position(|t| &**t == e.topic())? {
-                    0 => Side::LEFT,
-                    _ => Side::RIGHT,
-                };
+                let side = Side::of(self.topics.iter().position(|t| &**t == e.topic())?);
                 match e.offset() {
                     Offset::Offset(at) => Some(((e.partition(), side), at)),
                     _ => None,
@@ -50,7 +49,7 @@ impl Source {
 
     /// Records behind the high watermark per task and side, from the cached watermarks and the
     /// consumer's positions.
-    pub fn lag(&self, tasks: impl Iterator<Item = i32>) -> HashMap<i32, [Option<i64>; 2]> {
+    pub fn lag(&self, tasks: impl Iterator<Item = i32>) -> HashMap<i32, Vec<Option<i64>>> {
         let Ok(positions) = self.consumer.position() else {
             return HashMap::new();
         };
@@ -62,7 +61,7 @@ impl Source {
             }
         };
         tasks
-            .map(|p| (p, [lag(&self.topics[0], p), lag(&self.topics[1], p)]))
+            .map(|p| (p, self.topics.iter().map(|t| lag(t, p)).collect()))
             .collect()
     }
 }
