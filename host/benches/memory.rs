@@ -45,24 +45,25 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    println!("join state memory, half left and half right events held, 12-byte keys");
-    println!("| events held | values | keys per event | heap bytes per held event | over the value (target ≤ 96) | over key + value | accounted by held() |");
-    println!("|---:|---|---:|---:|---:|---:|---:|");
-    for held in HELD {
+    println!("join state memory, as many events of each topic held, 12-byte keys");
+    println!("| topics | events held | values | keys per event | heap bytes per held event | over the value (target ≤ 96) | over key + value | accounted by held() |");
+    println!("|---:|---:|---|---:|---:|---:|---:|---:|");
+    // Two topics, then three: an N-way join holds its events in the same store.
+    for (topics, held) in HELD.map(|h| (2, h)).into_iter().chain([(3, HELD[1])]) {
         for value_bytes in [100usize, 1_000] {
             for (label, share, shuffle) in [
                 ("unique keys", false, false),
-                ("left and right share a key", true, false),
+                ("the topics share a key", true, false),
                 (
                     "unique keys, every other event 1 s out of order",
                     false,
                     true,
                 ),
             ] {
-                let (heap, accounted) = measure(held, value_bytes, share, shuffle);
+                let (heap, accounted) = measure(held, value_bytes, topics, share, shuffle);
                 println!(
-                    "| {held} | {value_bytes} B, {label} | {} | {heap:.0} | {:.0} | {:.0} | {accounted:.0} |",
-                    if share { "0.5" } else { "1" },
+                    "| {topics} | {held} | {value_bytes} B, {label} | {} | {heap:.0} | {:.0} | {:.0} | {accounted:.0} |",
+                    if share { format!("1/{topics}") } else { "1".into() },
                     heap - value_bytes as f64,
                     heap - (12 + value_bytes) as f64,
                 );
@@ -71,25 +72,32 @@ fn main() {
     }
 }
 
-/// (heap bytes per held event, bytes per held event as `held()` accounts them).
-/// `shuffle`: every other event is a second older than the one before it, so half the events
-/// arrive out of close-time order and take an expiry-heap entry (join/state.rs).
-fn measure(held_events: i64, value_bytes: usize, share_keys: bool, shuffle: bool) -> (f64, f64) {
+/// (heap bytes per held event, bytes per held event as `held()` accounts them), the events
+/// taken from `topics` topics in turn. `shuffle`: every other event is a second older than the
+/// one before it, so half the events arrive out of close-time order and take an expiry-heap
+/// entry (join/state.rs).
+fn measure(
+    held_events: i64,
+    value_bytes: usize,
+    topics: usize,
+    share_keys: bool,
+    shuffle: bool,
+) -> (f64, f64) {
     let window = JoinWindow {
         window_ms: i64::MAX / 4,
         grace_ms: 0,
     };
     let mut out = Vec::with_capacity(16);
     // Shared by every event of a topic, as `cojoin run` does.
-    let topics: [std::sync::Arc<str>; 2] = ["orders".into(), "payments".into()];
+    let names: [std::sync::Arc<str>; 3] = ["orders".into(), "payments".into(), "shipments".into()];
     let before = LIVE.load(Relaxed);
-    let mut state = JoinState::new(window, JoinKind::Inner);
+    let mut state = JoinState::with_topics(topics, window, JoinKind::Inner);
     for i in 0..held_events {
         // Built as the consumer builds them (`kafka::source::event_of`): exact-size payloads.
-        let side = if i % 2 == 0 { Side::LEFT } else { Side::RIGHT };
-        let k = if share_keys { i / 2 } else { i };
+        let side = Side::of(i as usize % topics);
+        let k = if share_keys { i / topics as i64 } else { i };
         let e = Event {
-            topic: topics[side.index()].clone(),
+            topic: names[side.index()].clone(),
             partition: 0,
             offset: i,
             timestamp: 1_700_000_000_000 + i - if shuffle && i % 2 == 1 { 1_000 } else { 0 },

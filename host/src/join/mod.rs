@@ -3,8 +3,10 @@
 //! I/O is the state store's spill files on local disk past `memory.state_bytes` (store/spill.rs),
 //! a cache the state can always be rebuilt without.
 //!
-//! - [`state`]: `JoinState`, one task's buffered events per key, stream time, matches and expiries.
-//! - [`multi`]: `MultiJoinState`, the N-way join's semantics (issue 32; not yet run by tasks).
+//! - [`state`]: `JoinState`, one task's buffered events per key, stream time, matches and expiries,
+//!   for 2 to 8 topics.
+//! - [`multi`]: `MultiJoinState`, the N-way join's reference model, which `JoinState`'s tests
+//!   check it against.
 //! - [`order`]: `TaskQueue`, which of the task's two partitions to take the next record from.
 //! - [`offsets`]: `CommitPoint` and `ReplayBounds`: what to commit, and what to suppress on replay.
 

@@ -15,8 +15,13 @@
 //!   within its window that were held while it was (none, or some).
 //!
 //! For N = 2 the matches, expiries and late events are exactly the binary join's, in the same
-//! order (multi/tests.rs checks it on random streams). This is the semantic core: a plain map of
-//! keys to per-topic lists; the packed, spilling store of the binary join is not used yet.
+//! order (multi/tests.rs checks it on random streams). This is the reference model, not what a
+//! task runs: a plain map of keys to per-topic lists, an `Arc` and a `Vec` per held event, and
+//! per first-topic event of a `left` join its partners kept as lists. [`JoinState::with_topics`]
+//! runs the same semantics on the packed, spilling store (join/state/nway.rs), and its tests
+//! check it outcome for outcome against this model (join/state/nway/tests.rs).
+//!
+//! [`JoinState::with_topics`]: super::JoinState::with_topics
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
