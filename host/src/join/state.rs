@@ -173,8 +173,9 @@ impl JoinState {
     }
 
     /// A join of `topics` topics, 2 to [`MAX_TOPICS`], sides `Side::of(0)` on. Three topics or
-    /// more join inner or left: an outer N-way join would report every partial match, which no
-    /// plugin call takes.
+    /// more join inner or left: what a `left` join reports ([`JoinOutcome::ExpiredN`]) is an
+    /// event of the first topic with its partners; an outer join, reporting unmatched events of
+    /// every topic, is not defined for them.
     pub fn with_topics(topics: usize, window: JoinWindow, kind: JoinKind) -> Self {
         assert!(
             (2..=MAX_TOPICS).contains(&topics),

@@ -137,6 +137,48 @@ proptest! {
 }
 
 #[test]
+fn a_partner_whose_window_closes_first_is_kept_for_the_order_and_its_commit_point() {
+    // payments@0 closes at 15 (window 10, grace 5), before orders@8 (closes at 23) that found
+    // it: it is retired, still held (and needed by a restart) until the order has left, and
+    // reported as its partner. The shipment@30 comes too late for the order.
+    let w = JoinWindow {
+        window_ms: 10,
+        grace_ms: 5,
+    };
+    let mut state = JoinState::with_topics(3, w, JoinKind::Left);
+    let mut out = Vec::new();
+    let ev = |topic: usize, ts: i64, offset: i64| Event {
+        topic: TOPICS[topic].into(),
+        partition: 0,
+        offset,
+        timestamp: ts,
+        key: Some(b"k".to_vec().into()),
+        value: Some(vec![1; 10].into()),
+        headers: Box::default(),
+    };
+    state.insert(Side::of(1), ev(1, 0, 100), &mut out);
+    state.insert(Side::LEFT, ev(0, 8, 200), &mut out);
+    state.insert(Side::of(2), ev(2, 20, 300), &mut out);
+    assert!(out.is_empty(), "{out:?}");
+    let mut needed: Vec<(Side, i64)> = state.needed_offsets().collect();
+    needed.sort();
+    assert_eq!(
+        needed,
+        [(Side::LEFT, 200), (Side::of(1), 100), (Side::of(2), 300)],
+        "the payment's window closed at 15, stream time is 20: it is kept for the order"
+    );
+    state.insert(Side::of(2), ev(2, 30, 301), &mut out);
+    let [JoinOutcome::ExpiredN { event, partners }] = &out[..] else {
+        panic!("{out:?}");
+    };
+    assert_eq!(event.offset, 200);
+    let partners: Vec<Vec<i64>> = (partners.iter())
+        .map(|p| p.iter().map(|e| e.offset).collect())
+        .collect();
+    assert_eq!(partners, [vec![100], vec![]]);
+}
+
+#[test]
 fn an_outer_join_of_three_topics_is_refused_by_name() {
     let message = std::panic::catch_unwind(|| {
         JoinState::with_topics(
