@@ -50,6 +50,56 @@ pub fn expected(n: u32) -> BTreeMap<String, &'static str> {
         .collect()
 }
 
+/// A three-topic stream (orders, payments, shipments; issue 32's join): order `i` at `i` s,
+/// its payment 2 s later unless `i % 4 == 3`, its shipment 5 s later when `i % 4` is 0, 1 or 3.
+pub fn three_topics(from: u32, to: u32) -> Vec<Record> {
+    let mut out = Vec::new();
+    for i in from..to {
+        let key = format!("order-{i}");
+        let ts = BASE_TS + i64::from(i) * 1000;
+        let mut push = |topic, value: String, at| {
+            out.push(Record {
+                topic,
+                key: key.clone(),
+                value,
+                timestamp: ts + at,
+            })
+        };
+        push(
+            "orders",
+            format!("{{\"order_id\":\"{key}\",\"amount\":{}}}", 10 + i % 90),
+            0,
+        );
+        if i % 4 != 3 {
+            push(
+                "payments",
+                format!("{{\"order_id\":\"{key}\",\"paid\":true}}"),
+                2000,
+            );
+        }
+        if i % 4 != 2 {
+            push("shipments", format!("{{\"order_id\":\"{key}\"}}"), 5000);
+        }
+    }
+    out
+}
+
+/// What the order-shipped plugin must report for each of orders `0..n` of [`three_topics`]:
+/// `shipped` (a match) with a payment and a shipment, `not-shipped` with a payment only,
+/// `unpaid` without one (expiries of a left join).
+pub fn expected_three(n: u32) -> BTreeMap<String, &'static str> {
+    (0..n)
+        .map(|i| {
+            let status = match i % 4 {
+                2 => "not-shipped",
+                3 => "unpaid",
+                _ => "shipped",
+            };
+            (format!("order-{i}"), status)
+        })
+        .collect()
+}
+
 /// What arrived on the output topic, compared with what was expected.
 #[derive(Debug, Default)]
 pub struct Tally {
@@ -86,7 +136,7 @@ impl Tally {
                         tally.duplicated.push(order.clone());
                     }
                     match *want {
-                        "paid" => tally.matches += 1,
+                        "paid" | "shipped" => tally.matches += 1,
                         _ => tally.expiries += 1,
                     }
                 }

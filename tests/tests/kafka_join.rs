@@ -8,8 +8,8 @@ use cojoin_e2e::broker::Kafka;
 use cojoin_e2e::hosts::{join_config, join_config_for, wait_for_stable_group, HostProcess};
 use cojoin_e2e::http::{get, sample};
 use cojoin_e2e::scenario::{
-    assert_co_partitioned, close_windows, join_broker, post_mortem, read_all_outcomes, run_dir,
-    serial, start_hosts, start_hosts_with, PARTITIONS,
+    assert_co_partitioned, close_windows, join_broker, post_mortem, read_all_outcomes,
+    records_past_last_commit, run_dir, serial, start_hosts, start_hosts_with, PARTITIONS,
 };
 use cojoin_e2e::stream::{self, Record};
 use cojoin_e2e::{cojoin, plugin};
@@ -106,7 +106,7 @@ fn kill_mid_stream(
     let killed_tasks = hosts[0].assignments().pop().expect("host-0 held tasks").0;
     hosts[0].kill9();
     // Read before anyone else owns its tasks (that takes the 6 s session timeout).
-    let bound = records_past_last_commit(&kafka, test, &killed_tasks);
+    let bound = records_past_last_commit(&kafka, test, &["orders", "payments"], &killed_tasks);
     eprintln!(
         "host-0 (tasks {killed_tasks:?}) killed after {:?}, {} outputs out; {bound} records on its partitions past the committed processed-through",
         t.elapsed(),
@@ -174,29 +174,6 @@ fn kill_mid_stream(
         bound,
         spilled,
     }
-}
-
-/// Records on `tasks`' partitions of both topics past what `group` last committed as processed
-/// (the processed-through of the commit metadata, else the committed offset): at most that many
-/// records were processed since the last commit, and only their outcomes may repeat. Each record
-/// of this stream takes part in at most one match, and the expiries its stream time closes are
-/// fewer than the records in between, so duplicates of outcomes stay within it.
-fn records_past_last_commit(kafka: &Kafka, group: &str, tasks: &[i32]) -> i64 {
-    let mut past = 0;
-    for topic in ["orders", "payments"] {
-        let ends = kafka.end_offsets(topic, PARTITIONS);
-        let committed = kafka.committed(group, topic, PARTITIONS);
-        for &p in tasks {
-            let (offset, metadata) = &committed[p as usize];
-            let first_new = metadata
-                .strip_prefix("cojoin/1 processed-through=")
-                .and_then(|n| n.parse::<i64>().ok())
-                .map(|through| through + 1)
-                .unwrap_or((*offset).max(0));
-            past += (ends[p as usize] - first_new).max(0);
-        }
-    }
-    past
 }
 
 /// One host: the restarted process must rebuild every task from the commits the killed one left.

@@ -83,3 +83,23 @@ fn an_empty_eager_assignment_ends_the_rebalance() {
     pairing.apply(&both(&[0]), &[], 10);
     assert_eq!(pairing.assigned_nothing(30), Some(Settled { took_ms: 20 }));
 }
+
+#[test]
+fn a_three_topic_task_starts_only_with_all_three_partitions_and_stops_when_any_goes() {
+    let third = Side::of(2);
+    let mut pairing = Pairing::with_topics(3, false);
+    // Two of three: both paused, no task.
+    let (changes, _) = pairing.apply(&[], &[(LEFT, 4), (RIGHT, 4)], 0);
+    assert!(changes.start.is_empty());
+    assert_eq!(changes.pause, vec![(LEFT, 4), (RIGHT, 4)]);
+    assert!(!pairing.is_active(4));
+    let (changes, settled) = pairing.apply(&[], &[(third, 4)], 250);
+    assert_eq!(changes.start, vec![(4, Some(250))]);
+    assert_eq!(settled, Some(Settled { took_ms: 250 }));
+    assert_eq!(pairing.held(), vec![vec![4], vec![4], vec![4]]);
+    // The third topic's partition moves away: the task stops, the other two wait paused.
+    let (changes, _) = pairing.apply(&[(third, 4)], &[], 300);
+    assert_eq!(changes.stop, vec![4]);
+    assert_eq!(changes.pause, vec![(LEFT, 4), (RIGHT, 4)]);
+    assert_eq!(pairing.held(), vec![vec![4], vec![4], vec![]]);
+}
