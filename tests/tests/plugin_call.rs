@@ -170,3 +170,65 @@ fn bad_inputs_exit_2_naming_the_input() {
     assert!(err.contains("missing.wasm"), "{err}");
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
+
+#[test]
+fn a_three_topic_plugin_takes_one_event_per_topic_and_an_expiry_with_its_partners() {
+    let (order, payment) = events();
+    let shipment = root().join("examples/events/shipment.json");
+    let shipment = shipment.to_str().unwrap();
+    let body = |out: &std::process::Output| -> serde_json::Value {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let record: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        serde_json::from_str(record["value"].as_str().unwrap()).unwrap()
+    };
+    for lang in ["rust", "python", "js"] {
+        let wasm = plugin(&format!("order_shipped_{lang}.wasm"));
+        let wasm = wasm.to_str().unwrap();
+        let matched = cojoin(&[
+            "plugin", "call", wasm, "--event", &order, "--event", &payment, "--event", shipment,
+        ]);
+        assert!(matched.status.success(), "{lang}: {}", stderr(&matched));
+        let got = body(&matched);
+        assert_eq!(got["status"], "shipped", "{lang}");
+        assert_eq!(got["shipment"]["carrier"], "post", "{lang}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let partners = dir.path().join("partners.json");
+        let payment_json = std::fs::read_to_string(&payment).unwrap();
+        std::fs::write(&partners, format!("[[{payment_json}], []]")).unwrap();
+        let expired = cojoin(&[
+            "plugin",
+            "call",
+            wasm,
+            "--event",
+            &order,
+            "--partners",
+            partners.to_str().unwrap(),
+        ]);
+        assert!(expired.status.success(), "{lang}: {}", stderr(&expired));
+        let got = body(&expired);
+        assert_eq!(
+            (&got["status"], &got["payments"], &got["shipments"]),
+            (
+                &serde_json::json!("not-shipped"),
+                &serde_json::json!(1),
+                &serde_json::json!(0)
+            ),
+            "{lang}"
+        );
+    }
+    // A two-topic plugin given three events says which world it needs.
+    let wrong = cojoin(&[
+        "plugin",
+        "call",
+        plugin("order_paid_rust.wasm").to_str().unwrap(),
+        "--event",
+        &order,
+        "--event",
+        &payment,
+        "--event",
+        shipment,
+    ]);
+    assert!(!wrong.status.success());
+    assert!(stderr(&wrong).contains("plugin-n"), "{}", stderr(&wrong));
+}

@@ -67,6 +67,15 @@ pub(crate) struct CallArgs {
     /// Right event as JSON (same form as --a).
     #[arg(long)]
     b: Option<PathBuf>,
+    /// A plugin of world plugin-n (three topics or more): one event per topic, in join.topics
+    /// order, as JSON files (same form as --a); repeat it. With --partners, on-expire-n of the
+    /// one --event given.
+    #[arg(long = "event", conflicts_with_all = ["a", "b"])]
+    events: Vec<PathBuf>,
+    /// With one --event: on-expire-n's partners, a JSON file holding one list of events per
+    /// other topic in order, e.g. [[{...payment...}], []].
+    #[arg(long, requires = "events")]
+    partners: Option<PathBuf>,
     /// A plugin config entry passed to init, as key=value; repeatable.
     #[arg(long = "config", value_name = "KEY=VALUE")]
     config: Vec<String>,
@@ -96,6 +105,27 @@ fn read_event(path: &PathBuf) -> Result<cojoin::event::Event> {
     keyed_event_from_json(&text).with_context(|| format!("event file {path:?}"))
 }
 
+/// On-expire-n's partners: a JSON array with one array of events per other topic.
+fn read_partners(path: &PathBuf) -> Result<Vec<Vec<std::sync::Arc<cojoin::event::Event>>>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read partners file {path:?}"))?;
+    let lists: Vec<Vec<serde_json::Value>> = serde_json::from_str(&text).with_context(|| {
+        format!("partners file {path:?}: expected one JSON array of events per other topic, e.g. [[{{...}}], []]")
+    })?;
+    lists
+        .into_iter()
+        .map(|list| {
+            (list.into_iter())
+                .map(|e| {
+                    keyed_event_from_json(&e.to_string())
+                        .map(std::sync::Arc::new)
+                        .with_context(|| format!("partners file {path:?}"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
 fn parse_config(entries: &[String]) -> Result<Vec<(String, String)>> {
     entries
         .iter()
@@ -111,8 +141,19 @@ fn parse_config(entries: &[String]) -> Result<Vec<(String, String)>> {
 pub(crate) fn call(args: CallArgs) -> Result<ExitCode> {
     let a = args.a.as_ref().map(read_event).transpose()?;
     let b = args.b.as_ref().map(read_event).transpose()?;
-    if a.is_none() && b.is_none() {
-        anyhow::bail!("give --a and --b (on-match), or one of them (on-expire)");
+    let events: Vec<std::sync::Arc<cojoin::event::Event>> = (args.events.iter())
+        .map(|path| read_event(path).map(std::sync::Arc::new))
+        .collect::<Result<_>>()?;
+    let partners = args.partners.as_ref().map(read_partners).transpose()?;
+    if a.is_none() && b.is_none() && events.is_empty() {
+        anyhow::bail!(
+            "give --a and --b (on-match), or one of them (on-expire); for a plugin of world \
+             plugin-n, --event once per topic (on-match-n), or one --event and --partners \
+             (on-expire-n)"
+        );
+    }
+    if partners.is_some() && events.len() != 1 {
+        anyhow::bail!("--partners goes with one --event, the first topic's (on-expire-n)");
     }
     let limits = PluginLimits {
         deadline: Duration::from_millis(args.limits.deadline_ms),
@@ -124,6 +165,13 @@ pub(crate) fn call(args: CallArgs) -> Result<ExitCode> {
     let registry = open_registry(&args.plugin, limits, cache_dir, parse_config(&args.config)?)?;
     let mut worker = registry.handle()?;
     let result = match (&a, &b) {
+        (None, None) => match &partners {
+            Some(partners) => {
+                let event = &events[0];
+                worker.on_expire_n(event.key_bytes(), event, partners)
+            }
+            None => worker.on_match_n(events[0].key_bytes(), &events),
+        },
         (Some(a), Some(b)) => {
             if a.key != b.key {
                 tracing::warn!("--a and --b have different keys; calling with the key of --a");
@@ -132,7 +180,6 @@ pub(crate) fn call(args: CallArgs) -> Result<ExitCode> {
         }
         (Some(a), None) => worker.on_expire(a.key_bytes(), a, Side::LEFT),
         (None, Some(b)) => worker.on_expire(b.key_bytes(), b, Side::RIGHT),
-        (None, None) => unreachable!("checked above"),
     };
     match result {
         Ok(records) => {
