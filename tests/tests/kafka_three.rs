@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use cojoin_e2e::hosts::{join_config, wait_for_stable_group, HostProcess};
+use cojoin_e2e::hosts::{join_config_for, wait_for_stable_group, HostProcess};
 use cojoin_e2e::scenario::{
     assert_co_partitioned, close_windows, join_broker, post_mortem, read_all_outcomes,
     records_past_last_commit, run_dir, serial, start_hosts_with, PARTITIONS,
@@ -18,7 +18,13 @@ const TOPICS: [&str; 3] = ["orders", "payments", "shipments"];
 /// which each half of the stream is produced (as kafka_join's kill test: a few ms of skew between
 /// topics' appends is minutes of event time here).
 fn three_topic_config(bootstrap: &str, group: &str) -> String {
-    let two = join_config(bootstrap, group, &plugin("order_shipped_rust.wasm"), "left");
+    three_topic_config_for("classic", bootstrap, group)
+}
+
+/// [`three_topic_config`] under the group `protocol` (as `join_config_for`).
+fn three_topic_config_for(protocol: &str, bootstrap: &str, group: &str) -> String {
+    let wasm = plugin("order_shipped_rust.wasm");
+    let two = join_config_for(protocol, bootstrap, group, &wasm, "left");
     let three = two
         .replace(
             "left = \"orders\"\nright = \"payments\"\n",
@@ -190,4 +196,82 @@ fn three_topics_one_keyed_from_its_value_is_repartitioned_and_joins_all_the_same
     );
     assert_eq!(run.tally.matches, 200);
     assert!(run.tally.duplicates as i64 <= run.bound, "{:?}", run.tally);
+}
+
+/// Which host holds each task, from the hosts' latest assignments.
+fn owners(hosts: &[HostProcess]) -> std::collections::BTreeMap<i32, String> {
+    let mut owners = std::collections::BTreeMap::new();
+    for h in hosts {
+        for p in h
+            .assignments()
+            .pop()
+            .map(|(left, _)| left)
+            .unwrap_or_default()
+        {
+            owners.insert(p, h.name.clone());
+        }
+    }
+    owners
+}
+
+#[test]
+fn three_topics_scaled_out_under_the_consumer_protocol_move_only_some_tasks_and_lose_nothing() {
+    let test = "three_topics_scaled_out_under_the_consumer_protocol";
+    let _serial = serial();
+    let dir = run_dir(test);
+    let kafka = join_broker(&dir);
+    kafka.create_topic("shipments", PARTITIONS);
+    let config = three_topic_config_for("consumer", &kafka.bootstrap, test);
+    let mut hosts = start_hosts_with(&dir, 2, &config);
+    let two: Vec<&HostProcess> = hosts.iter().collect();
+    wait_for_stable_group(&two, PARTITIONS, Duration::from_secs(90));
+
+    let producer = kafka.producer("murmur2_random");
+    kafka.produce(&producer, &stream::three_topics(0, ORDERS / 2), None);
+    let mut reader = kafka.reader("orders-paid", 1);
+    reader.read_until("first outputs", Duration::from_secs(90), |r| r.len() >= 60);
+    let before = owners(&hosts);
+    let started_before: Vec<Vec<i32>> = hosts.iter().map(HostProcess::tasks_started).collect();
+    hosts.push(HostProcess::start(&dir, "host-2", &config));
+    let three: Vec<&HostProcess> = hosts.iter().collect();
+    wait_for_stable_group(&three, PARTITIONS, Duration::from_secs(90));
+    let after = owners(&hosts);
+    let moved: Vec<i32> = (0..PARTITIONS)
+        .filter(|p| before.get(p) != after.get(p))
+        .collect();
+    // A task that stayed on its host and was started again there: it should not be.
+    let restarted: Vec<i32> = (0..PARTITIONS)
+        .filter(|p| !moved.contains(p))
+        .filter(|p| {
+            let i: usize = before[p].trim_start_matches("host-").parse().unwrap();
+            let starts = |s: &[i32]| s.iter().filter(|t| *t == p).count();
+            starts(&hosts[i].tasks_started()) > starts(&started_before[i])
+        })
+        .collect();
+    eprintln!("scale-out 2 -> 3, three topics: owners {before:?} -> {after:?}; moved {moved:?}, restarted in place {restarted:?}");
+    assert!(
+        !moved.is_empty() && moved.len() < PARTITIONS as usize,
+        "moved {moved:?}"
+    );
+    assert!(
+        restarted.is_empty(),
+        "tasks restarted in place: {restarted:?}"
+    );
+
+    kafka.produce(&producer, &stream::three_topics(ORDERS / 2, ORDERS), None);
+    close_windows(&kafka, &producer);
+    let tally = read_all_outcomes(&kafka, &stream::expected_three(ORDERS));
+    eprintln!(
+        "three topics through a scale-out: matches {}, expiries {}, outputs {}, duplicates {}",
+        tally.matches, tally.expiries, tally.outputs, tally.duplicates
+    );
+    assert!(
+        tally.complete(),
+        "{tally:?}\n{}",
+        post_mortem(&kafka, &hosts)
+    );
+    assert_eq!((tally.matches, tally.expiries), (200, 200));
+    for h in &hosts {
+        assert!(h.tasks_started_unpaired().is_empty(), "{}", h.name);
+    }
 }
