@@ -252,6 +252,10 @@ fn co_partitioned(
     report: &mut CheckReport,
 ) {
     let mismatched = partitioner::mismatched_keys(l, r);
+    let (which, every) = match topics {
+        2 => ("both topics".to_owned(), "both sides"),
+        _ => (format!("both {left} and {right}"), "every topic"),
+    };
     if !mismatched.is_empty() {
         let examples: Vec<String> = mismatched
             .iter()
@@ -264,19 +268,15 @@ fn co_partitioned(
             })
             .collect();
         report.problems.push(format!(
-            "{} of the keys found in both topics sit in different partition numbers, so they can never join \
+            "{} of the keys found in {which} sit in different partition numbers, so they can never join \
              ({}). The producers use different partitioners: make librdkafka producers (confluent-kafka, Go, \
              .NET, rdkafka) set partitioner=murmur2_random to match Java's default, then re-produce the data; \
-             or set join.repartition = \"always\" (both sides re-keyed by cojoin, at the cost of one more write and read of each)",
+             or set join.repartition = \"always\" ({every} re-keyed by cojoin, at the cost of one more write and read of each)",
             mismatched.len(),
             examples.join("; ")
         ));
     } else {
         let both = l.keys().filter(|k| r.contains_key(*k)).count();
-        let which = match topics {
-            2 => "both topics".to_owned(),
-            _ => format!("both {left} and {right}"),
-        };
         report.lines.push(format!(
             "{both} keys found in {which}, all in the same partition number"
         ));

@@ -275,3 +275,35 @@ fn three_topics_scaled_out_under_the_consumer_protocol_move_only_some_tasks_and_
         assert!(h.tasks_started_unpaired().is_empty(), "{}", h.name);
     }
 }
+
+#[test]
+fn check_covers_every_topic_of_a_three_topic_join_and_names_a_misplaced_one() {
+    let test = "check_covers_every_topic_of_a_three_topic_join";
+    let _serial = serial();
+    let dir = run_dir(test);
+    let kafka = join_broker(&dir);
+    kafka.create_topic("shipments", PARTITIONS);
+    let config_path = dir.join("check.toml");
+    std::fs::write(&config_path, three_topic_config(&kafka.bootstrap, test)).unwrap();
+    let records = stream::three_topics(0, 200);
+    let (shipments, rest): (Vec<_>, Vec<_>) =
+        records.into_iter().partition(|r| r.topic == "shipments");
+    kafka.produce(&kafka.producer("murmur2_random"), &rest, None);
+    // Shipments from librdkafka's default partitioner (CRC32): they would never join.
+    kafka.produce(&kafka.producer("consistent_random"), &shipments, None);
+    let out = cojoin_e2e::cojoin(&["check", "--config", config_path.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}");
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    for line in [
+        "orders: 6 partitions; payments: 6 partitions; shipments: 6 partitions",
+        "no repartitioning: the join reads orders, payments and shipments as they are",
+        "orders: 200 keys sampled, partitioned by murmur2",
+        "shipments: 150 keys sampled, partitioned by CRC32",
+        "keys found in both orders and payments, all in the same partition number",
+        "keys found in both orders and shipments sit in different partition numbers",
+        "every topic re-keyed by cojoin",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
+    }
+}
