@@ -133,6 +133,15 @@ impl Slot {
     }
 }
 
+/// Where [`JoinState::push`] put a new event: its handle, the oldest held event of its key before
+/// it ([`NO_HANDLE`]: none), when it closes, and whether that is out of the log's order.
+struct Pushed {
+    handle: Handle,
+    head: Handle,
+    close: i64,
+    out_of_order: bool,
+}
+
 pub struct JoinState {
     /// Topics joined: 2, or up to [`MAX_TOPICS`] (`nway`).
     topics: usize,
@@ -269,39 +278,15 @@ impl JoinState {
         }
 
         let window = self.window;
+        let Pushed {
+            handle,
+            head,
+            close,
+            out_of_order,
+        } = self.push(side, &event);
         let Self {
-            store,
-            keys,
-            hasher,
-            partners,
-            ..
+            store, partners, ..
         } = self;
-        let key = event.key_bytes();
-        let hash = hasher.hash_one(key) as u32;
-        // One hash per insert. A key's chain runs from its oldest held event to its newest.
-        let entry = keys.entry(
-            Slot::table_hash(hash),
-            |s| s.hash == hash && store.key_is(s.handle(), key),
-            |s| Slot::table_hash(s.hash),
-        );
-        let close = ts.saturating_add(self.window.retention());
-        let out_of_order = close < self.in_order_close;
-        let handle = store.push(
-            &event,
-            Links {
-                side,
-                partner_offset: UNMATCHED,
-                next: NO_HANDLE,
-                out_of_order,
-            },
-        );
-        let head = match entry {
-            Entry::Occupied(o) => o.get().handle(),
-            Entry::Vacant(v) => {
-                v.insert(Slot::new(hash, handle));
-                NO_HANDLE
-            }
-        };
         // One walk of the chain (a key holds few events) marks the partners and appends the new
         // event; once the new event is shared, the pairs are reported.
         partners.clear();
@@ -335,6 +320,50 @@ impl JoinState {
         self.events += 1;
         self.queue(close, handle, out_of_order);
         self.expire(out);
+    }
+
+    /// Stores a new event of `side` and makes its key's entry point at it if it is the key's
+    /// first; the caller links it at the end of the key's chain while it walks it. One hash per
+    /// insert. A key's chain runs from its oldest held event to its newest.
+    #[inline]
+    fn push(&mut self, side: Side, event: &Event) -> Pushed {
+        let close = event.timestamp.saturating_add(self.window.retention());
+        let out_of_order = close < self.in_order_close;
+        let Self {
+            store,
+            keys,
+            hasher,
+            ..
+        } = self;
+        let key = event.key_bytes();
+        let hash = hasher.hash_one(key) as u32;
+        let entry = keys.entry(
+            Slot::table_hash(hash),
+            |s| s.hash == hash && store.key_is(s.handle(), key),
+            |s| Slot::table_hash(s.hash),
+        );
+        let handle = store.push(
+            event,
+            Links {
+                side,
+                partner_offset: UNMATCHED,
+                next: NO_HANDLE,
+                out_of_order,
+            },
+        );
+        let head = match entry {
+            Entry::Occupied(o) => o.get().handle(),
+            Entry::Vacant(v) => {
+                v.insert(Slot::new(hash, handle));
+                NO_HANDLE
+            }
+        };
+        Pushed {
+            handle,
+            head,
+            close,
+            out_of_order,
+        }
     }
 
     /// Queues a new event to leave at `close`: in the log walk, or, `out_of_order`, in the heap.

@@ -52,38 +52,15 @@ impl JoinState {
         );
         let ts = event.timestamp;
         let window = self.window;
+        let Pushed {
+            handle,
+            head,
+            close,
+            out_of_order,
+        } = self.push(side, &event);
         let Self {
-            store,
-            keys,
-            hasher,
-            candidates,
-            ..
+            store, candidates, ..
         } = self;
-        let key = event.key_bytes();
-        let hash = hasher.hash_one(key) as u32;
-        let entry = keys.entry(
-            Slot::table_hash(hash),
-            |s| s.hash == hash && store.key_is(s.handle(), key),
-            |s| Slot::table_hash(s.hash),
-        );
-        let close = ts.saturating_add(window.retention());
-        let out_of_order = close < self.in_order_close;
-        let handle = store.push(
-            &event,
-            Links {
-                side,
-                partner_offset: UNMATCHED,
-                next: NO_HANDLE,
-                out_of_order,
-            },
-        );
-        let head = match entry {
-            Entry::Occupied(o) => o.get().handle(),
-            Entry::Vacant(v) => {
-                v.insert(Slot::new(hash, handle));
-                NO_HANDLE
-            }
-        };
         candidates.iter_mut().for_each(Vec::clear);
         let mut h = head;
         while h != NO_HANDLE {
