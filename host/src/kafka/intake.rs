@@ -278,8 +278,8 @@ impl Intake {
         let Some(queued) = tasks.queue(record) else {
             return Ok(false);
         };
-        let topics = self.source.topic_count();
-        if !marks.must_pause(queued, self.paused.backpressured(p, topics)[side.index()]) {
+        // Per record: one lookup, not every side's in a new vector.
+        if !marks.must_pause(queued, self.paused.is_backpressured(side, p)) {
             return Ok(false);
         }
         self.pause(side, p, Pause::Backpressure)?;

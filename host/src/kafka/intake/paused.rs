@@ -71,12 +71,16 @@ impl Paused {
         self.0.keys().any(|(_, q)| *q == p)
     }
 
-    /// Which sides of task p are paused for backpressure.
+    /// Whether `side`'s partition of task p is paused for backpressure.
+    pub fn is_backpressured(&self, side: Side, p: i32) -> bool {
+        self.0.get(&(side, p)) == Some(&Pause::Backpressure)
+    }
+
     /// Per side of a join of `topics` topics, whether task p's partition is paused for
     /// backpressure.
     pub fn backpressured(&self, p: i32, topics: usize) -> Vec<bool> {
         Side::all(topics)
-            .map(|s| self.0.get(&(s, p)) == Some(&Pause::Backpressure))
+            .map(|s| self.is_backpressured(s, p))
             .collect()
     }
 
