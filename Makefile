@@ -238,13 +238,17 @@ bench-latency: plugins host kafka-libs $(KSTREAMS)/target/.built $(FLINK)/target
 	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) bench -p cojoin-e2e --bench latency
 
 # Five rounds of kill -9 of one of three hosts on Kafka, each with its matches, expiries,
-# duplicates and their bound (the records past the last commit); then a minute of hosts joining
+# duplicates and their bound (the records past the last commit), for two topics and then for a
+# join of three (tests/tests/kafka_three.rs); then a minute of hosts joining
 # and leaving under load, per group protocol. Not part of CI.
 soak: plugins host kafka-libs soak-memory
 	@mkdir -p build
 	set -o pipefail; COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) COJOIN_KILL_ROUNDS=$${COJOIN_KILL_ROUNDS:-5} $(CARGO) test --release \
 	  -p cojoin-e2e --test kafka_join one_of_three_hosts_killed -- --nocapture 2>&1 | tee build/soak.log | \
 	  grep -E 'kill -9|test result'
+	set -o pipefail; COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) COJOIN_KILL_ROUNDS=$${COJOIN_KILL_ROUNDS:-5} $(CARGO) test --release \
+	  -p cojoin-e2e --test kafka_three one_killed -- --nocapture 2>&1 | tee -a build/soak.log | \
+	  grep -E 'kill -9 rounds|test result'
 	set -o pipefail; COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) $(CARGO) test --release -p cojoin-e2e --test kafka_scale \
 	  -- --ignored --nocapture storm 2>&1 | tee -a build/soak.log | grep -E 'storm:|test result'
 	set -o pipefail; COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) COJOIN_EOS_KILLS=$${COJOIN_EOS_KILLS:-5} $(CARGO) test --release \

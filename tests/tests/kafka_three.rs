@@ -142,21 +142,35 @@ fn kill_mid_stream(
     Run { tally, bound }
 }
 
+/// COJOIN_KILL_ROUNDS rounds (default 1; `make soak` runs 5), each on its own broker and group.
 #[test]
 fn three_topics_on_three_hosts_one_killed_lose_no_match_or_expiry() {
-    let run = kill_mid_stream(
-        "three_topics_on_three_hosts_one_killed_lose_no_match_or_expiry",
-        three_topic_config,
-        false,
-        |r| r,
-    );
-    assert!(
-        run.tally.duplicates as i64 <= run.bound,
-        "{} duplicates, more than the {} records processed since the last commit: {:?}",
-        run.tally.duplicates,
-        run.bound,
-        run.tally
-    );
+    let rounds: usize = std::env::var("COJOIN_KILL_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let mut figures = Vec::new();
+    for round in 0..rounds {
+        let test = match round {
+            0 => "three_topics_on_three_hosts_one_killed_lose_no_match_or_expiry".to_owned(),
+            _ => format!("three-topics-kill-9-round-{round}"),
+        };
+        let run = kill_mid_stream(&test, three_topic_config, false, |r| r);
+        assert!(
+            run.tally.duplicates as i64 <= run.bound,
+            "{} duplicates, more than the {} records processed since the last commit: {:?}",
+            run.tally.duplicates,
+            run.bound,
+            run.tally
+        );
+        figures.push((
+            run.tally.matches,
+            run.tally.expiries,
+            run.tally.duplicates,
+            run.bound,
+        ));
+    }
+    eprintln!("three topics, kill -9 rounds (matches, expiries, duplicates, bound): {figures:?}");
 }
 
 #[test]

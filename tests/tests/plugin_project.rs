@@ -12,8 +12,16 @@ use serde_json::Value;
 
 /// A new `lang` project named `name` in a fresh directory, as `cojoin plugin new` writes it.
 fn new_project(name: &str, lang: &str) -> (tempfile::TempDir, PathBuf) {
+    new_project_of(name, lang, "2")
+}
+
+/// As [`new_project`], joining `topics` topics.
+fn new_project_of(name: &str, lang: &str, topics: &str) -> (tempfile::TempDir, PathBuf) {
     let parent = tempfile::tempdir().unwrap();
-    let out = cojoin_in(parent.path(), &["plugin", "new", name, "--lang", lang]);
+    let out = cojoin_in(
+        parent.path(),
+        &["plugin", "new", name, "--lang", lang, "--topics", topics],
+    );
     let stdout = ok("plugin new", out);
     assert!(
         stdout.contains("cojoin plugin build"),
@@ -280,4 +288,114 @@ fn deploy_exits_1_when_the_host_is_unreachable_and_2_for_a_missing_component() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("cannot read the component"), "{stderr}");
+}
+
+/// `cojoin plugin new --topics 3` in `lang`, run as a user would: the project's unit tests pass
+/// (`unit`: program, arguments, what its summary says), `plugin build` makes a component of the
+/// world plugin-n taking batches, the generated samples replay to two matches and two orders left
+/// with the partners they found, and `plugin call` takes one event per topic. (Not deployed: the
+/// demo host joins two topics, and a plugin-n component is refused there by its world.)
+fn a_new_n_way_project(lang: &str, name: &str, unit: (&Path, &[&str], &str)) {
+    let (_parent, dir) = new_project_of(name, lang, "3");
+    let in_project = |program: &Path, args: &[&str]| {
+        Command::new(program)
+            .args(args)
+            .current_dir(&dir)
+            .env("CARGO_TARGET_DIR", shared_cargo_target())
+            .output()
+            .unwrap()
+    };
+    let (program, args, passed) = unit;
+    let stdout = ok("unit tests", in_project(program, args));
+    assert!(stdout.contains(passed), "{stdout}");
+    let stdout = ok(
+        "plugin build",
+        in_project(&cojoin_bin(), &["plugin", "build"]),
+    );
+    assert!(
+        stdout.starts_with(&format!("built build/{name}.wasm ({lang}")),
+        "{stdout}"
+    );
+    // The build knows it for the languages it adds the batch call to (a Rust plugin writes its own).
+    if lang != "rust" {
+        assert!(stdout.contains(", calls in batches"), "{stdout}");
+    }
+
+    let out = cojoin_in(
+        &dir,
+        &["plugin", "test", "--events", "samples/events.jsonl"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = ok("plugin test", out);
+    assert!(
+        stderr.contains("records 9, matches 2, expiries 2"),
+        "{stderr}"
+    );
+    let mut outcomes: Vec<(String, String, Value)> = stdout
+        .lines()
+        .map(|l| {
+            let line: Value = serde_json::from_str(l).unwrap();
+            let body: Value = serde_json::from_str(line["value"].as_str().unwrap()).unwrap();
+            let detail = if body["status"] == "matched" {
+                body["events"].clone()
+            } else {
+                body["partners"].clone()
+            };
+            (
+                body["key"].as_str().unwrap().to_owned(),
+                body["status"].as_str().unwrap().to_owned(),
+                detail,
+            )
+        })
+        .collect();
+    outcomes.sort_by(|a, b| a.0.cmp(&b.0));
+    let all =
+        |amount| serde_json::json!([{"amount": amount}, {"method": "card"}, {"carrier": "post"}]);
+    assert_eq!(
+        outcomes,
+        [
+            ("order-1", "matched", all(20)),
+            ("order-2", "unmatched", serde_json::json!([0, 0])),
+            ("order-3", "unmatched", serde_json::json!([1, 0])),
+            ("order-4", "matched", all(12)),
+        ]
+        .map(|(k, s, d)| (k.to_owned(), s.to_owned(), d))
+    );
+
+    let wasm = format!("build/{name}.wasm");
+    let call = [
+        "plugin",
+        "call",
+        &wasm,
+        "--event",
+        "samples/orders.json",
+        "--event",
+        "samples/payments.json",
+        "--event",
+        "samples/shipments.json",
+    ];
+    let called = ok("plugin call", cojoin_in(&dir, &call));
+    assert!(called.contains(r#"\"status\":\"matched\""#), "{called}");
+}
+
+#[test]
+fn a_new_three_topic_python_plugin_passes_its_tests_builds_for_plugin_n_and_replays() {
+    let python = root().join(".venv/bin/python");
+    let args = ["-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    a_new_n_way_project("python", "trio-py", (&python, &args, "3 passed"));
+}
+
+#[test]
+fn a_new_three_topic_rust_plugin_passes_cargo_test_builds_for_plugin_n_and_replays() {
+    let args = ["test", "--quiet"];
+    a_new_n_way_project("rust", "trio-rs", (Path::new("cargo"), &args, "3 passed"));
+}
+
+#[test]
+fn a_new_three_topic_js_plugin_passes_node_test_builds_for_plugin_n_and_replays() {
+    a_new_n_way_project(
+        "js",
+        "trio-js",
+        (Path::new("node"), &["--test"], "# pass 3"),
+    );
 }

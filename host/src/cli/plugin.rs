@@ -22,6 +22,10 @@ pub(crate) struct NewArgs {
     /// Where to write the project [default: ./<name>]; must not exist.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// How many topics the join has: 2 (world plugin: on-match(key, a, b)) or 3 to 8 (world
+    /// plugin-n: on-match-n(key, events), one event per topic).
+    #[arg(long, default_value_t = 2)]
+    topics: usize,
 }
 
 fn parse_lang(s: &str) -> Result<cojoin::project::Lang, String> {
@@ -253,7 +257,7 @@ pub(crate) fn test(args: TestArgs) -> Result<ExitCode> {
 pub(crate) fn new(args: NewArgs) -> Result<ExitCode> {
     use cojoin::project::template;
 
-    let files = template::files(args.lang, &args.name)?;
+    let files = template::files(args.lang, &args.name, args.topics)?;
     let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
     template::write(&dir, &files)?;
     let test = match args.lang {
@@ -262,9 +266,10 @@ pub(crate) fn new(args: NewArgs) -> Result<ExitCode> {
         cojoin::project::Lang::Js => "node --test",
     };
     println!(
-        "created {} ({}, {} files); next:",
+        "created {} ({}, {} topics, {} files); next:",
         dir.display(),
         args.lang,
+        args.topics,
         files.len()
     );
     println!("  cd {}", dir.display());

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
-use super::toolchain::{self, has_batched_world, run, Tool};
+use super::toolchain::{self, run, Tool};
 use super::{Lang, ProjectError};
 
 /// The component a build made.
@@ -72,9 +72,10 @@ pub fn build(dir: &Path) -> Result<Built, ProjectError> {
     let mut batched = false;
     match lang {
         Lang::Python => {
-            // The loader serves on_batch when built for that world.
-            batched = has_batched_world(dir);
-            app_only = super::python::build(dir, &program, &partial, batched)?
+            // The loader serves on_batch (on_batch_n) when built for that world.
+            let world = super::python::world(dir)?;
+            batched = world != "plugin";
+            app_only = super::python::build(dir, &program, &partial, world)?
                 == super::python::PythonBuild::AppOnly;
         }
         Lang::Js => batched = super::js::build(dir, &program, &js_entry(dir), &partial)?,
@@ -173,7 +174,7 @@ mod tests {
         for lang in Lang::ALL {
             let dir = tempfile::tempdir().unwrap();
             let project = dir.path().join("p1");
-            let files = super::super::template::files(lang, "p1").unwrap();
+            let files = super::super::template::files(lang, "p1", 2).unwrap();
             super::super::template::write(&project, &files).unwrap();
             assert_eq!(detect(&project).unwrap(), lang);
             assert_eq!(output_path(&project), project.join("build/p1.wasm"));

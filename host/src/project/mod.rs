@@ -65,6 +65,8 @@ pub enum ProjectError {
     UnknownLang(String),
     #[error("plugin name {name:?} {problem}: use a letter, then letters, digits, '-' or '_' (at most 64), e.g. order-paid")]
     BadName { name: String, problem: &'static str },
+    #[error("--topics {0}: a project joins 2 to 8 topics (2: world plugin, on-match(key, a, b); 3 or more: world plugin-n, on-match-n(key, events))")]
+    BadTopics(usize),
     #[error("{0:?} already exists: choose another name, or give --dir for a new directory")]
     Exists(PathBuf),
     #[error("{path:?}: {error}")]

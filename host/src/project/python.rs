@@ -36,21 +36,38 @@ pub enum PythonBuild {
     AppOnly,
 }
 
-/// Builds the project in `dir` to `out` with componentize-py (`program`), or reuses the kept
-/// component when only the body of `app.py` changed.
-/// `batched`: build for the world `plugin-batched` (the loader serves `on_batch`).
+/// The world a Python project is built for: `plugin-n` when `app.py` defines `on_match_n` (a join
+/// of three topics or more), else `plugin-batched` when the project's WIT has it (the loader
+/// serves the batches either way), else `plugin` (a project made before batches).
+pub fn world(dir: &Path) -> Result<&'static str, ProjectError> {
+    let app = dir.join("app.py");
+    let source = std::fs::read_to_string(&app).map_err(ProjectError::io(&app))?;
+    let defines_n = source
+        .lines()
+        .any(|l| l.trim_start().starts_with("def on_match_n("));
+    Ok(if defines_n {
+        "plugin-n"
+    } else if super::toolchain::has_batched_world(dir) {
+        "plugin-batched"
+    } else {
+        "plugin"
+    })
+}
+
+/// Builds the project in `dir` to `out` with componentize-py (`program`) for `world` (from
+/// [`world`]), or reuses the kept component when only the body of `app.py` changed.
 pub fn build(
     dir: &Path,
     program: &Path,
     out: &Path,
-    batched: bool,
+    world: &str,
 ) -> Result<PythonBuild, ProjectError> {
     let base_dir = dir.join("build/.cojoin-base");
     let base = base_dir.join("base.wasm");
     let fingerprint_file = base_dir.join("fingerprint");
     let app = dir.join("app.py");
     let source = std::fs::read_to_string(&app).map_err(ProjectError::io(&app))?;
-    let fingerprint = fingerprint(dir, program, &source);
+    let fingerprint = fingerprint(dir, program, &source, world);
     let kept = std::fs::read_to_string(&fingerprint_file).ok();
     if kept.as_deref() == Some(fingerprint.as_str()) {
         if let Ok(bytes) = std::fs::read(&base) {
@@ -65,8 +82,6 @@ pub fn build(
     std::fs::write(&loader, LOADER).map_err(ProjectError::io(&loader))?;
     let _ = std::fs::remove_file(&fingerprint_file);
     let mut cmd = Command::new(program);
-    // plugin-batched: the loader serves on_batch.
-    let world = if batched { "plugin-batched" } else { "plugin" };
     cmd.args(["-d", "wit", "-w", world, "componentize", "-p", "."])
         .arg("-p")
         .arg(&base_dir)
@@ -97,10 +112,12 @@ fn check_syntax(program: &Path, dir: &Path) -> Result<(), ProjectError> {
     super::toolchain::run(cmd, dir, ": app.py does not compile")
 }
 
-/// Everything a build's result depends on except the body of `app.py`.
-fn fingerprint(dir: &Path, program: &Path, app_source: &str) -> String {
+/// Everything a build's result depends on except the body of `app.py` (and its world, which
+/// `app.py` decides).
+fn fingerprint(dir: &Path, program: &Path, app_source: &str, world: &str) -> String {
     let mut h = Sha256::new();
     h.update(LOADER.as_bytes());
+    h.update(world.as_bytes());
     h.update(program.as_os_str().as_encoded_bytes());
     if let Ok(meta) = std::fs::metadata(program) {
         h.update(format!("{:?} {}", meta.modified().ok(), meta.len()));
@@ -186,9 +203,20 @@ mod tests {
 
     fn project() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
-        let files = super::super::template::files(super::super::Lang::Python, "p").unwrap();
+        let files = super::super::template::files(super::super::Lang::Python, "p", 2).unwrap();
         super::super::template::write(&dir.path().join("p"), &files).unwrap();
         dir
+    }
+
+    #[test]
+    fn an_app_defining_on_match_n_is_built_for_plugin_n_and_a_two_topic_app_with_batches() {
+        for (topics, expected) in [(2, "plugin-batched"), (3, "plugin-n")] {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("p");
+            let files = super::super::template::files(super::super::Lang::Python, "p", topics);
+            super::super::template::write(&dir, &files.unwrap()).unwrap();
+            assert_eq!(world(&dir).unwrap(), expected, "{topics} topics");
+        }
     }
 
     #[test]
@@ -197,30 +225,45 @@ mod tests {
         let dir = tmp.path().join("p");
         let program = Path::new("/nonexistent/componentize-py");
         let app = std::fs::read_to_string(dir.join("app.py")).unwrap();
-        let before = fingerprint(&dir, program, &app);
+        let before = fingerprint(&dir, program, &app, "plugin-batched");
 
         let body_changed = app.replace("\"matched\"", "\"paid\"");
         assert_ne!(app, body_changed);
-        assert_eq!(fingerprint(&dir, program, &body_changed), before);
+        assert_eq!(
+            fingerprint(&dir, program, &body_changed, "plugin-batched"),
+            before
+        );
         // Build output and tests are not inputs.
         std::fs::create_dir_all(dir.join("build/.cojoin-base")).unwrap();
         std::fs::write(dir.join("build/.cojoin-base/x.py"), "x = 1").unwrap();
         std::fs::write(dir.join("tests/test_more.py"), "y = 1").unwrap();
-        assert_eq!(fingerprint(&dir, program, &app), before);
+        assert_eq!(fingerprint(&dir, program, &app, "plugin-batched"), before);
 
         let import_added = format!("import decimal\n{app}");
-        assert_ne!(fingerprint(&dir, program, &import_added), before);
+        assert_ne!(
+            fingerprint(&dir, program, &import_added, "plugin-batched"),
+            before
+        );
         let indented_import = app.replace("    def init", "    import re\n    def init");
-        assert_ne!(fingerprint(&dir, program, &indented_import), before);
+        assert_ne!(
+            fingerprint(&dir, program, &indented_import, "plugin-batched"),
+            before
+        );
         std::fs::write(dir.join("helpers.py"), "z = 1").unwrap();
-        let with_module = fingerprint(&dir, program, &app);
+        let with_module = fingerprint(&dir, program, &app, "plugin-batched");
         assert_ne!(with_module, before);
         std::fs::write(dir.join("helpers.py"), "z = 2").unwrap();
-        assert_ne!(fingerprint(&dir, program, &app), with_module);
+        assert_ne!(
+            fingerprint(&dir, program, &app, "plugin-batched"),
+            with_module
+        );
         let wit = dir.join("wit/plugin.wit");
         let mut text = std::fs::read_to_string(&wit).unwrap();
         text.push_str("\n// changed\n");
         std::fs::write(&wit, text).unwrap();
-        assert_ne!(fingerprint(&dir, program, &app), with_module);
+        assert_ne!(
+            fingerprint(&dir, program, &app, "plugin-batched"),
+            with_module
+        );
     }
 }
