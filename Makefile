@@ -4,7 +4,8 @@
 #   make bench   plugin call (criterion) and load benchmarks
 #   make bench-matcher  the join core alone (criterion), and heap bytes per held event
 #   make bench-join  the join on Apache Kafka against the bare consumer, Kafka Streams and the Python
-#                peers (a table, ratios, a chart)
+#                peers (a table, ratios, a chart); make bench-join-3 (= BENCH_TOPICS=3 make bench-join)
+#                the three-topic join against two chained joins in Kafka Streams and Flink
 #   make bench-edit  edit-to-live for a Python plugin: save app.py -> build -> deploy -> serving
 #   make bench-latency  end-to-end latency p50/p99 of cojoin, Kafka Streams and Flink, at-least-once
 #                and exactly-once
@@ -33,7 +34,7 @@ HOST := target/release/cojoin
 KAFKA_LIBS := tests/kafka/target/kafka-libs
 KAFKA_PORT ?= 9092
 
-.PHONY: all demo test bench bench-matcher bench-join bench-edit bench-latency plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak soak-memory wheel
+.PHONY: all demo test bench bench-matcher bench-join bench-join-3 bench-edit bench-latency plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak soak-memory wheel
 all: plugins host
 
 # --- toolchains ---------------------------------------------------------------------------------
@@ -227,6 +228,12 @@ $(FLINK)/target/.built: $(FLINK)/pom.xml $(FLINK)/src/main/java/dev/cojoin/bench
 bench-join: plugins host kafka-libs $(VENV_BENCH)/.installed $(KSTREAMS)/target/.built $(FLINK)/target/.built
 	COJOIN_TEST_PLUGINS=$(CURDIR)/$(OUT) PYTHON_BENCH=$(CURDIR)/$(VENV_BENCH)/bin/python \
 	  $(CARGO) bench -p cojoin-e2e --bench join
+
+# The three-topic data set (orders, payments, shipments; issue 32): cojoin's three-way join with
+# the Rust and Python order-shipped plugins against Kafka Streams' and Flink's two chained joins.
+# The other BENCH_* settings apply as to bench-join, e.g. BENCH_RECORDS=20000 BENCH_RUNS=1.
+bench-join-3:
+	BENCH_TOPICS=3 $(MAKE) bench-join
 
 # From saving a Python plugin's app.py to its first result on a running demo host, 5 rounds.
 bench-edit: plugins host

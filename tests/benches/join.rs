@@ -9,6 +9,17 @@
 //! - the hand-written Python join (confluent-kafka) and the Quix Streams interval join, from
 //!   host/benches/peers/ — the same inner join.
 //!
+//! BENCH_TOPICS=3 (`make bench-join-3`) runs the three-topic data set instead (issue 32): topics
+//! `orders`, `payments` and `shipments`, every key one event per topic, the three within the
+//! window of each other (produce.py `--third`), so that a three-way join and two chained pairwise
+//! joins find the same matches, one per key. Its systems: the bare consumer (reading the three
+//! topics), `cojoin run` three-way (`join.topics`) with the Rust and the Python order-shipped
+//! plugin (cojoin-rust, cojoin-python), Kafka Streams as two chained `KStream#join`s with RocksDB
+//! and in-memory stores (kafka-streams-rocksdb, kafka-streams-memory) and Flink as two chained
+//! `intervalJoin`s (flink), each producing the order-shipped record; the ratios printed are the
+//! issue's targets for it. What its state costs per key against two chained cojoin joins is the
+//! memory benchmark's second table (host/benches/memory.rs, run by `make bench-matcher`).
+//!
 //! Rounds rather than each system's runs back to back, so that drift on the machine touches every
 //! system alike. For each system: the median over the runs of records/s (first record to last),
 //! then each run's records/s in brackets, the medians of matches/s, matches, CPU seconds and peak
@@ -19,9 +30,10 @@
 //! the output topic's segments on the broker's disk (what `output.compression` saves), and an SVG
 //! bar chart of the median records/s, target/bench-runs/join/throughput.svg.
 //!
-//! Environment: BENCH_RECORDS (per topic, default 200000), BENCH_BATCH (records per producer batch,
-//! default 10000), BENCH_RUNS (rounds, default 3; the data set is produced once), BENCH_SYSTEMS
-//! (comma-separated names to run, default all: bare, cojoin-noop, cojoin-rust, cojoin-rust-zstd
+//! Environment: BENCH_TOPICS (2, default, or 3: the data set above), BENCH_RECORDS (per topic,
+//! default 200000), BENCH_BATCH (records per producer batch, default 10000), BENCH_RUNS (rounds,
+//! default 3; the data set is produced once), BENCH_SYSTEMS (comma-separated names to run, default
+//! all of the data set's; with two topics: bare, cojoin-noop, cojoin-rust, cojoin-rust-zstd
 //! (`output.compression = "zstd"`), cojoin-rust-eos (exactly-once; -50ms and -20ms with that
 //! `output.commit_interval` instead of its 100 ms),
 //! cojoin-rust-repartition (both sides through internal topics first), cojoin-python,
@@ -34,7 +46,7 @@
 //! gap between left records, default 10), BENCH_MEMORY (lines for cojoin's `[memory]` section,
 //! e.g. `state_bytes = "256MiB"`), BENCH_KAFKA_OPTIONS (lines for its `[kafka.options]`), BENCH_KIND (`inner`, default, or `left`: the runs also wait for
 //! the unpaid orders' expiries), BENCH_VERIFY=1 (one system and run: check the output topic holds
-//! exactly the expected outcome per order).
+//! exactly the expected outcome per order: with three topics, every order shipped).
 //!
 //! The pieces, in join/: `summary` (medians and the table, also unit-tested by the library),
 //! `peers` (the systems other than cojoin, as commands), `timing` (a run under GNU time),
@@ -76,6 +88,79 @@ fn grace_ms() -> u64 {
 }
 const BARE: &str = "bare consumer";
 
+/// The systems of the three-topic data set (BENCH_TOPICS=3), by their BENCH_SYSTEMS names.
+const THREE_TOPIC_SYSTEMS: [&str; 6] = [
+    "bare",
+    "cojoin-rust",
+    "cojoin-python",
+    "kafka-streams-rocksdb",
+    "kafka-streams-memory",
+    "flink",
+];
+
+/// The data set's topics, BENCH_TOPICS of them: `left` and `right` (orders and payments), or
+/// `orders`, `payments` and `shipments`.
+pub(crate) fn topics() -> &'static [&'static str] {
+    match env_or("BENCH_TOPICS", 2) {
+        2 => &["left", "right"],
+        3 => &["orders", "payments", "shipments"],
+        n => panic!("BENCH_TOPICS={n}: the join benchmark has data sets of 2 and 3 topics"),
+    }
+}
+
+/// The cojoin systems of the data set, in the order they run: (name, plugin, more `[output]`
+/// settings, more `[join]` settings).
+fn cojoin_systems() -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
+    if topics().len() == 3 {
+        // The three-way join calls `on-match-n` with an order, a payment and a shipment.
+        return vec![
+            ("cojoin-rust", "order_shipped_rust.wasm", "", ""),
+            ("cojoin-python", "order_shipped_python.wasm", "", ""),
+        ];
+    }
+    // cojoin-rust-repartition: the same data with both sides re-keyed into internal topics
+    // first (join.repartition = "always"): what repartitioning costs. cojoin-rust-zstd: the
+    // outputs compressed, what that costs in CPU and saves on the broker's disk.
+    vec![
+        ("cojoin-noop", "noop.wasm", "", ""),
+        ("cojoin-rust", "order_paid_rust.wasm", "", ""),
+        (
+            "cojoin-rust-zstd",
+            "order_paid_rust.wasm",
+            "compression = \"zstd\"",
+            "",
+        ),
+        (
+            "cojoin-rust-eos",
+            "order_paid_rust.wasm",
+            "guarantee = \"exactly-once\"",
+            "",
+        ),
+        // The commit interval is the delay a read_committed reader sees (bench-latency):
+        // what a shorter one costs in throughput.
+        (
+            "cojoin-rust-eos-50ms",
+            "order_paid_rust.wasm",
+            "guarantee = \"exactly-once\"\ncommit_interval = \"50ms\"",
+            "",
+        ),
+        (
+            "cojoin-rust-eos-20ms",
+            "order_paid_rust.wasm",
+            "guarantee = \"exactly-once\"\ncommit_interval = \"20ms\"",
+            "",
+        ),
+        (
+            "cojoin-rust-repartition",
+            "order_paid_rust.wasm",
+            "",
+            "repartition = \"always\"",
+        ),
+        ("cojoin-python", "order_paid_python.wasm", "", ""),
+        ("cojoin-js", "order_paid_js.wasm", "", ""),
+    ]
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--bare") {
@@ -95,13 +180,28 @@ fn main() {
     let wanted: Option<Vec<String>> = std::env::var("BENCH_SYSTEMS")
         .ok()
         .map(|s| s.split(',').map(str::to_owned).collect());
-    let run = |name: &str| wanted.as_ref().is_none_or(|w| w.iter().any(|x| x == name));
+    let three = topics().len() == 3;
+    if let (true, Some(wanted)) = (three, &wanted) {
+        let other: Vec<&String> = wanted
+            .iter()
+            .filter(|w| !THREE_TOPIC_SYSTEMS.contains(&w.as_str()))
+            .collect();
+        assert!(
+            other.is_empty(),
+            "BENCH_SYSTEMS names {other:?}, which the three-topic data set does not run; its systems: {}",
+            THREE_TOPIC_SYSTEMS.join(",")
+        );
+    }
+    let run = |name: &str| {
+        (!three || THREE_TOPIC_SYSTEMS.contains(&name))
+            && wanted.as_ref().is_none_or(|w| w.iter().any(|x| x == name))
+    };
 
     let dir = root().join("target/bench-runs/join");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let kafka = Kafka::start(&dir);
-    for topic in ["left", "right"] {
+    for topic in topics() {
         kafka.create_topic(topic, PARTITIONS);
     }
     kafka.create_topic("bench-out", PARTITIONS);
@@ -165,47 +265,7 @@ fn main() {
             );
             add(since(f, &kafka));
         }
-        // cojoin-rust-repartition: the same data with both sides re-keyed into internal topics
-        // first (join.repartition = "always"): what repartitioning costs. cojoin-rust-zstd: the
-        // outputs compressed, what that costs in CPU and saves on the broker's disk.
-        for (name, wasm, output_extra, join_extra) in [
-            ("cojoin-noop", "noop.wasm", "", ""),
-            ("cojoin-rust", "order_paid_rust.wasm", "", ""),
-            (
-                "cojoin-rust-zstd",
-                "order_paid_rust.wasm",
-                "compression = \"zstd\"",
-                "",
-            ),
-            (
-                "cojoin-rust-eos",
-                "order_paid_rust.wasm",
-                "guarantee = \"exactly-once\"",
-                "",
-            ),
-            // The commit interval is the delay a read_committed reader sees (bench-latency):
-            // what a shorter one costs in throughput.
-            (
-                "cojoin-rust-eos-50ms",
-                "order_paid_rust.wasm",
-                "guarantee = \"exactly-once\"\ncommit_interval = \"50ms\"",
-                "",
-            ),
-            (
-                "cojoin-rust-eos-20ms",
-                "order_paid_rust.wasm",
-                "guarantee = \"exactly-once\"\ncommit_interval = \"20ms\"",
-                "",
-            ),
-            (
-                "cojoin-rust-repartition",
-                "order_paid_rust.wasm",
-                "",
-                "repartition = \"always\"",
-            ),
-            ("cojoin-python", "order_paid_python.wasm", "", ""),
-            ("cojoin-js", "order_paid_js.wasm", "", ""),
-        ] {
+        for (name, wasm, output_extra, join_extra) in cojoin_systems() {
             if run(name) {
                 let since = broker_since();
                 let before = kafka.bytes_on_disk("bench-out", PARTITIONS);

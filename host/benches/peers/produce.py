@@ -12,6 +12,15 @@ With the default --keys (= --records) every key has one event per side, so expec
 
 Keys are spread with librdkafka's "murmur2_random" partitioner (the Java client's default), so
 both topics put a key in the same partition number, as a co-partitioned join needs.
+
+With --third TOPIC (the three-topic data set of `BENCH_TOPICS=3 make bench-join`: orders,
+payments, shipments) every key i has one event per topic and every key matches: the order at
+base + i*step, its payment and its shipment each within window/2 of it, so the three lie within
+`window` of each other (max - min <= window; every tenth key exactly window apart, the edge).
+Then a three-way join (cojoin's N-way), two chained pairwise joins (Kafka Streams' KStream#join,
+whose result carries max(ts) on to the second join, and Flink's intervalJoin, the same) all find
+the same matches: one per key. The expected count is brute-forced all the same: triples of one
+event per topic of a key whose timestamps lie within `window` of each other.
 """
 
 import argparse
@@ -52,6 +61,50 @@ def generate(n, keys, window, step, base, seed, unsorted_right=False):
     return left, right
 
 
+def generate_three(n, keys, window, step, base, seed):
+    """Orders, payments and shipments: per record i, an order at base + i*step and a payment and a
+    shipment within window/2 of it (every tenth i: at -window/2 and +window/2, the edge), each
+    topic sorted by timestamp."""
+    rng = random.Random(seed)
+    half = window // 2
+    orders, payments, shipments = [], [], []
+    for i in range(n):
+        key = f"k-{i % keys}"
+        to = base + i * step
+        if i % 10 == 0:
+            dp, ds = -half, window - half
+        else:
+            dp, ds = rng.randint(-half, half), rng.randint(-half, half)
+        orders.append((to, key, i))
+        payments.append((to + dp, key, i))
+        shipments.append((to + ds, key, i))
+    payments.sort()
+    shipments.sort()
+    return orders, payments, shipments
+
+
+def expected_matches_three(orders, payments, shipments, window):
+    """Triples (o, p, s) of one key whose timestamps lie within `window` of each other."""
+    by_key = [defaultdict(list), defaultdict(list)]
+    for side, events in zip(by_key, (payments, shipments)):
+        for ts, key, _ in events:
+            side[key].append(ts)
+        for v in side.values():
+            v.sort()
+
+    def near(side, key, ts):
+        v = side.get(key, [])
+        return v[bisect.bisect_left(v, ts - window) : bisect.bisect_right(v, ts + window)]
+
+    total = 0
+    for to, key, _ in orders:
+        for tp in near(by_key[0], key, to):
+            for ts in near(by_key[1], key, to):
+                if max(to, tp, ts) - min(to, tp, ts) <= window:
+                    total += 1
+    return total
+
+
 def expected_matches(left, right, window):
     by_key = defaultdict(list)
     for ts, key, _ in right:
@@ -71,6 +124,11 @@ def main():
     p.add_argument("--bootstrap", default="127.0.0.1:9092")
     p.add_argument("--left", default="left")
     p.add_argument("--right", default="right")
+    p.add_argument(
+        "--third",
+        default=None,
+        help="a third topic (shipments): the three-topic data set, every key one event per topic",
+    )
     p.add_argument("--records", type=int, default=20000, help="records per topic")
     p.add_argument("--keys", type=int, default=0, help="distinct keys (default: --records, all unique)")
     p.add_argument("--window-ms", type=int, default=1000)
@@ -94,8 +152,13 @@ def main():
     a = p.parse_args()
     keys = a.keys or a.records
 
-    left, right = generate(a.records, keys, a.window_ms, a.step_ms, a.base_ts, a.seed, a.unsorted_right)
-    expected = expected_matches(left, right, a.window_ms)
+    if a.third:
+        left, right, third = generate_three(a.records, keys, a.window_ms, a.step_ms, a.base_ts, a.seed)
+        expected = expected_matches_three(left, right, third, a.window_ms)
+    else:
+        left, right = generate(a.records, keys, a.window_ms, a.step_ms, a.base_ts, a.seed, a.unsorted_right)
+        third = []
+        expected = expected_matches(left, right, a.window_ms)
     started = time.monotonic()
     if not a.dry_run:
         producer = Producer(
@@ -117,6 +180,7 @@ def main():
         for topic, events, make in (
             (a.left, left, lambda i: {"id": i, "amount": round(5 + (i * 7919 % 50000) / 100, 2), "customer": f"c-{i % 997}"}),
             (a.right, right, lambda i: {"id": i, "method": "card" if i % 3 else "transfer"}),
+            (a.third, third, lambda i: {"id": i, "carrier": "post" if i % 4 else "courier"}),
         ):
             for ts, key, i in events:
                 while True:
@@ -130,17 +194,19 @@ def main():
         if remaining or errors:
             print(f"produce failed: {remaining} undelivered, {len(errors)} errors, first: {errors[:1]}", file=sys.stderr)
             sys.exit(1)
+    counts = {"left": len(left), "right": len(right)}
+    if a.third:
+        counts["third"] = len(third)
     print(
         json.dumps(
-            {
-                "left": len(left),
-                "right": len(right),
-                "records": len(left) + len(right),
-                "keys": keys,
-                "window_ms": a.window_ms,
-                "expected_matches": expected,
-                "produce_seconds": round(time.monotonic() - started, 3),
-            }
+            dict(
+                counts,
+                records=len(left) + len(right) + len(third),
+                keys=keys,
+                window_ms=a.window_ms,
+                expected_matches=expected,
+                produce_seconds=round(time.monotonic() - started, 3),
+            )
         )
     )
 

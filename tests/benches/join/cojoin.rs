@@ -12,14 +12,25 @@ use cojoin_e2e::http::{get, sample};
 
 use super::summary::Figures;
 use super::timing::gnu_time;
-use super::{grace_ms, join_kind, window_ms, PARTITIONS};
+use super::{grace_ms, join_kind, topics, window_ms, PARTITIONS};
 
-/// A left join reports every order without a payment in its window: each key has one order, so
-/// those are the orders (half the records) less the matches.
+/// A left join reports every order in no match once its window closes: each key has one order,
+/// so those are the orders (the first topic's share of the records) less the matches.
 pub(crate) fn expected_expiries(total: u64, matches: u64) -> u64 {
     match join_kind().as_str() {
-        "left" => total / 2 - matches,
+        "left" => total / topics().len() as u64 - matches,
         _ => 0,
+    }
+}
+
+/// The `[join]` lines naming the data set's topics: `left` and `right`, or `topics` for three.
+fn join_topics() -> String {
+    match topics() {
+        [left, right] => format!("left = \"{left}\"\nright = \"{right}\""),
+        all => {
+            let quoted: Vec<String> = all.iter().map(|t| format!("\"{t}\"")).collect();
+            format!("topics = [{}]", quoted.join(", "))
+        }
     }
 }
 
@@ -51,8 +62,7 @@ group_id = "bench-{tag}"
 "heartbeat.interval.ms" = "500"
 {}
 [join]
-left = "left"
-right = "right"
+{}
 kind = "{}"
 window = "{}ms"
 grace = "{}ms"
@@ -71,6 +81,7 @@ bind = "127.0.0.1:0"
 {}
 "#,
             std::env::var("BENCH_KAFKA_OPTIONS").unwrap_or_default(),
+            join_topics(),
             join_kind(),
             window_ms(),
             grace_ms(),
@@ -111,9 +122,16 @@ bind = "127.0.0.1:0"
     let deadline = Instant::now() + Duration::from_secs(900);
     while Instant::now() < deadline {
         page = get(&format!("{url}/metrics")).body;
-        let consumed = sample(&page, "cojoin_records_consumed_total{topic=\"left\"}")
-            .unwrap_or(0.0)
-            + sample(&page, "cojoin_records_consumed_total{topic=\"right\"}").unwrap_or(0.0);
+        let consumed: f64 = topics()
+            .iter()
+            .map(|t| {
+                sample(
+                    &page,
+                    &format!("cojoin_records_consumed_total{{topic=\"{t}\"}}"),
+                )
+                .unwrap_or(0.0)
+            })
+            .sum();
         let matches = sample(&page, "cojoin_matches_total").unwrap_or(0.0);
         // A left join's unmatched orders come out when their windows close, after the matches.
         let expiries = sample(&page, "cojoin_expiries_total").unwrap_or(0.0) as u64;

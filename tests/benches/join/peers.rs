@@ -1,5 +1,5 @@
 //! The systems cojoin is measured against, as commands: the bare consumer (this binary with
-//! `--bare`, reading both topics and doing nothing), the Python peers of host/benches/peers/ and
+//! `--bare`, reading the data set's topics and doing nothing), the Python peers of host/benches/peers/ and
 //! the Java peers (Kafka Streams, Flink).
 
 use std::path::Path;
@@ -10,29 +10,27 @@ use cojoin_e2e::java_peer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::{grace_ms, window_ms, PARTITIONS};
+use super::{grace_ms, topics, window_ms, PARTITIONS};
 
-/// The arguments every peer takes to find the data: the broker and the two topics.
-pub(crate) fn data_args(bootstrap: &str) -> [&str; 6] {
-    [
-        "--bootstrap",
-        bootstrap,
-        "--left",
-        "left",
-        "--right",
-        "right",
-    ]
+/// The arguments every peer takes to find the data: the broker and the data set's topics, the
+/// third (shipments) as `--third` when there is one.
+pub(crate) fn data_args(bootstrap: &str) -> Vec<&str> {
+    let mut args = vec!["--bootstrap", bootstrap];
+    for (flag, topic) in ["--left", "--right", "--third"].into_iter().zip(topics()) {
+        args.extend([flag, topic]);
+    }
+    args
 }
 
-/// A script of host/benches/peers/ run by `python`, pointed at the broker's `left` and `right`.
+/// A script of host/benches/peers/ run by `python`, pointed at the broker and the data set.
 pub(crate) fn peer(python: &Path, peers: &Path, script: &str, bootstrap: &str) -> Command {
     let mut cmd = Command::new(python);
     cmd.arg(peers.join(script)).args(data_args(bootstrap));
     cmd
 }
 
-/// The Kafka Streams peer joining `left` and `right` into `bench-out` with `store` window stores
-/// ("rocksdb" or "memory").
+/// The Kafka Streams peer joining the data set's topics into `bench-out` (two chained joins when
+/// there are three) with `store` window stores ("rocksdb" or "memory").
 pub(crate) fn kafka_streams(bootstrap: &str, store: &str) -> Command {
     let mut cmd = java_peer("kafka-streams", "KafkaStreamsJoin");
     cmd.args(data_args(bootstrap))
@@ -42,8 +40,9 @@ pub(crate) fn kafka_streams(bootstrap: &str, store: &str) -> Command {
     cmd
 }
 
-/// The Flink peer (an interval join on a local mini-cluster) joining `left` and `right` into
-/// `bench-out`, reading each topic to its end offsets at the start and then ending.
+/// The Flink peer (an interval join on a local mini-cluster, two chained ones when there are three
+/// topics) joining the data set's topics into `bench-out`, reading each topic to its end offsets
+/// at the start and then ending.
 pub(crate) fn flink(bootstrap: &str, group: &str) -> Command {
     let mut cmd = java_peer("flink", "FlinkJoin");
     cmd.args(data_args(bootstrap))
@@ -54,7 +53,7 @@ pub(crate) fn flink(bootstrap: &str, group: &str) -> Command {
     cmd
 }
 
-/// The limit: read every partition of both topics from the start, touching nothing.
+/// The limit: read every partition of the data set's topics from the start, touching nothing.
 pub(crate) fn bare(bootstrap: &str, expect: u64) {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -67,7 +66,7 @@ pub(crate) fn bare(bootstrap: &str, expect: u64) {
         .create()
         .unwrap();
     let mut tpl = TopicPartitionList::new();
-    for topic in ["left", "right"] {
+    for topic in topics() {
         for p in 0..PARTITIONS {
             tpl.add_partition_offset(topic, p, Offset::Beginning)
                 .unwrap();

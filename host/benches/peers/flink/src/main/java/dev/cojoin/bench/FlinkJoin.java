@@ -34,6 +34,13 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
  * ({@code {"order_id", "status": "paid", "order", "payment", "by": "flink"}}, the values embedded
  * as they are, which are JSON), produced to the output topic, keyed by the order id.
  *
+ * <p>{@code --third TOPIC} (the three-topic benchmark, {@code BENCH_TOPICS=3}): orders, payments and
+ * shipments joined the way Flink's DataStream API joins three streams, two chained interval joins
+ * with the same bounds: orders with payments, then that result (timestamped by Flink with the
+ * later of the pair, as its interval join does) keyed again and joined with shipments. Every match
+ * becomes the order-shipped record ({@code {"order_id", "status": "shipped", "order", "payment",
+ * "shipment", "shipped_at", "by": "flink"}}).
+ *
  * <p>{@code --bounded true} (the join benchmark) reads each topic up to its end offsets at the
  * start, so the job ends once everything is read; then it prints one JSON line: records, matches,
  * seconds (first record read to the last match). Otherwise (the latency benchmark) it runs until
@@ -68,6 +75,7 @@ public final class FlinkJoin {
         Map<String, String> a = parse(argv);
         String bootstrap = a.getOrDefault("bootstrap", "127.0.0.1:9092");
         String left = a.get("left"), right = a.get("right"), out = a.get("output-topic");
+        String third = a.get("third");
         Duration window = Duration.ofMillis(Long.parseLong(a.get("window-ms")));
         Duration grace = Duration.ofMillis(Long.parseLong(a.getOrDefault("grace-ms", "0")));
         boolean bounded = Boolean.parseBoolean(a.getOrDefault("bounded", "false"));
@@ -89,18 +97,10 @@ public final class FlinkJoin {
                 watermarks, left);
         DataStream<Event> payments = env.fromSource(source(bootstrap, right, group, bounded, exactlyOnce),
                 watermarks, right);
-        DataStream<String> paid = orders.keyBy(e -> e.key)
-                .intervalJoin(payments.keyBy(e -> e.key))
-                .between(window.negated(), window)
-                .process(new ProcessJoinFunction<Event, Event, String>() {
-                    @Override
-                    public void processElement(Event order, Event payment, Context ctx, Collector<String> c) {
-                        MATCHES.incrementAndGet();
-                        LAST_NANOS.set(System.nanoTime());
-                        c.collect("{\"order_id\":\"" + order.key + "\",\"status\":\"paid\",\"order\":"
-                                + order.value + ",\"payment\":" + payment.value + ",\"by\":\"flink\"}");
-                    }
-                });
+        DataStream<String> matched = third == null
+                ? paid(orders, payments, window)
+                : shipped(orders, payments, env.fromSource(
+                        source(bootstrap, third, group, bounded, exactlyOnce), watermarks, third), window);
         var sink = KafkaSink.<String>builder()
                 .setBootstrapServers(bootstrap)
                 .setRecordSerializer(KafkaRecordSerializationSchema.<String>builder()
@@ -115,7 +115,7 @@ public final class FlinkJoin {
         } else {
             sink.setDeliveryGuarantee(DeliveryGuarantee.AT_LEAST_ONCE);
         }
-        paid.sinkTo(sink.build());
+        matched.sinkTo(sink.build());
 
         env.execute("cojoin-bench-flink-join");
         if (bounded) {
@@ -125,6 +125,54 @@ public final class FlinkJoin {
                     CONSUMED.get(), MATCHES.get(), seconds, parallelism);
             System.out.flush();
         }
+    }
+
+    /** The two-topic join: orders with their payments, the order-paid record per match. */
+    static DataStream<String> paid(DataStream<Event> orders, DataStream<Event> payments, Duration window) {
+        return orders.keyBy(e -> e.key)
+                .intervalJoin(payments.keyBy(e -> e.key))
+                .between(window.negated(), window)
+                .process(new ProcessJoinFunction<Event, Event, String>() {
+                    @Override
+                    public void processElement(Event order, Event payment, Context ctx, Collector<String> c) {
+                        MATCHES.incrementAndGet();
+                        LAST_NANOS.set(System.nanoTime());
+                        c.collect("{\"order_id\":\"" + order.key + "\",\"status\":\"paid\",\"order\":"
+                                + order.value + ",\"payment\":" + payment.value + ",\"by\":\"flink\"}");
+                    }
+                });
+    }
+
+    /**
+     * The three-topic join as two chained interval joins: orders with payments into an event whose
+     * value is the pair's part of the output record and whose timestamp is the later of the two
+     * (the timestamp Flink gives the joined record), then that with shipments.
+     */
+    static DataStream<String> shipped(DataStream<Event> orders, DataStream<Event> payments,
+            DataStream<Event> shipments, Duration window) {
+        DataStream<Event> paid = orders.keyBy(e -> e.key)
+                .intervalJoin(payments.keyBy(e -> e.key))
+                .between(window.negated(), window)
+                .process(new ProcessJoinFunction<Event, Event, Event>() {
+                    @Override
+                    public void processElement(Event order, Event payment, Context ctx, Collector<Event> c) {
+                        c.collect(new Event(order.key,
+                                "\"order\":" + order.value + ",\"payment\":" + payment.value, ctx.getTimestamp()));
+                    }
+                });
+        return paid.keyBy(e -> e.key)
+                .intervalJoin(shipments.keyBy(e -> e.key))
+                .between(window.negated(), window)
+                .process(new ProcessJoinFunction<Event, Event, String>() {
+                    @Override
+                    public void processElement(Event paid, Event shipment, Context ctx, Collector<String> c) {
+                        MATCHES.incrementAndGet();
+                        LAST_NANOS.set(System.nanoTime());
+                        c.collect("{\"order_id\":\"" + paid.key + "\",\"status\":\"shipped\"," + paid.value
+                                + ",\"shipment\":" + shipment.value + ",\"shipped_at\":" + shipment.ts
+                                + ",\"by\":\"flink\"}");
+                    }
+                });
     }
 
     /**

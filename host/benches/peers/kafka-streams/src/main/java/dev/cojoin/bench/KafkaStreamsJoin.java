@@ -18,6 +18,8 @@ import org.apache.kafka.streams.kstream.JoinWindows;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.StreamJoined;
+import org.apache.kafka.streams.processor.api.ContextualFixedKeyProcessor;
+import org.apache.kafka.streams.processor.api.FixedKeyRecord;
 import org.apache.kafka.streams.state.Stores;
 
 /**
@@ -31,6 +33,16 @@ import org.apache.kafka.streams.state.Stores;
  * embedded as they are, which are JSON) and is produced to the output topic. The window stores
  * are Kafka Streams' default (RocksDB, with changelog topics) or, with {@code --store memory},
  * in-memory window stores (still with changelogs).
+ *
+ * <p>{@code --third TOPIC} (the three-topic benchmark, {@code BENCH_TOPICS=3}): orders, payments and
+ * shipments joined the way Kafka Streams joins three streams, two chained {@code KStream#join}s with
+ * the same windows: orders with payments, then that result (which carries the later of the two
+ * timestamps) with shipments. The keys are the same throughout, so the chain needs no repartition
+ * topic: one task per partition number holds all three topics and both joins' window stores. Every
+ * match becomes the order-shipped record of the example plugins ({@code {"order_id", "status":
+ * "shipped", "order", "payment", "shipment", "shipped_at", "by"}}); {@code shipped_at} is the
+ * shipment's record timestamp, which a value joiner does not see, so a {@code processValues} step
+ * puts it beside the shipment's value first.
  *
  * <p>{@code --guarantee exactly-once} sets {@code processing.guarantee = exactly_once_v2} (its
  * commit interval then defaults to 100 ms); at-least-once, the default, is Kafka Streams' default.
@@ -48,6 +60,7 @@ public final class KafkaStreamsJoin {
         Map<String, String> a = parse(argv);
         String bootstrap = a.getOrDefault("bootstrap", "127.0.0.1:9092");
         String left = a.get("left"), right = a.get("right"), out = a.get("output-topic");
+        String third = a.get("third");
         Duration window = Duration.ofMillis(Long.parseLong(a.get("window-ms")));
         Duration grace = Duration.ofMillis(Long.parseLong(a.getOrDefault("grace-ms", "0")));
         long expect = Long.parseLong(a.getOrDefault("expect", "0"));
@@ -82,13 +95,46 @@ public final class KafkaStreamsJoin {
                     .withOtherStoreSupplier(Stores.inMemoryWindowStore(
                             "join-other", retention, window.multipliedBy(2), true));
         }
-        orders.join(payments, (key, order, payment) -> {
-                    matches.incrementAndGet();
-                    lastNanos.set(System.nanoTime());
-                    return "{\"order_id\":\"" + key + "\",\"status\":\"paid\",\"order\":" + order
-                            + ",\"payment\":" + payment + ",\"by\":\"kafka-streams\"}";
-                }, windows, joined)
-                .to(out, Produced.with(Serdes.String(), Serdes.String()));
+        if (third == null) {
+            orders.join(payments, (key, order, payment) -> {
+                        matches.incrementAndGet();
+                        lastNanos.set(System.nanoTime());
+                        return "{\"order_id\":\"" + key + "\",\"status\":\"paid\",\"order\":" + order
+                                + ",\"payment\":" + payment + ",\"by\":\"kafka-streams\"}";
+                    }, windows, joined)
+                    .to(out, Produced.with(Serdes.String(), Serdes.String()));
+        } else {
+            // The shipment's value with its timestamp, as the tail of the output record.
+            KStream<String, String> shipments = builder.stream(third, strings).peek((k, v) -> {
+                firstNanos.compareAndSet(0, System.nanoTime());
+                consumed.incrementAndGet();
+            }).processValues(() -> new ContextualFixedKeyProcessor<String, String, String>() {
+                @Override
+                public void process(FixedKeyRecord<String, String> r) {
+                    context().forward(r.withValue(
+                            ",\"shipment\":" + r.value() + ",\"shipped_at\":" + r.timestamp()));
+                }
+            });
+            StreamJoined<String, String, String> joined2 =
+                    StreamJoined.with(Serdes.String(), Serdes.String(), Serdes.String());
+            if (memory) {
+                Duration retention = window.plus(window).plus(grace);
+                joined2 = joined2
+                        .withThisStoreSupplier(Stores.inMemoryWindowStore(
+                                "join2-this", retention, window.multipliedBy(2), true))
+                        .withOtherStoreSupplier(Stores.inMemoryWindowStore(
+                                "join2-other", retention, window.multipliedBy(2), true));
+            }
+            orders.join(payments, (order, payment) -> "\"order\":" + order + ",\"payment\":" + payment,
+                            windows, joined)
+                    .join(shipments, (key, paid, shipment) -> {
+                        matches.incrementAndGet();
+                        lastNanos.set(System.nanoTime());
+                        return "{\"order_id\":\"" + key + "\",\"status\":\"shipped\"," + paid + shipment
+                                + ",\"by\":\"kafka-streams\"}";
+                    }, windows, joined2)
+                    .to(out, Produced.with(Serdes.String(), Serdes.String()));
+        }
 
         Path stateDir = Files.createTempDirectory("kafka-streams-join");
         Properties p = new Properties();
