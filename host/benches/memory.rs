@@ -6,7 +6,16 @@
 //! Requested bytes, as the program asks for them. The state allocates in large blocks (its event
 //! store's segments, its index and table), so the allocator's own overhead per block does not
 //! matter here. The target (issue 5) is at most the value's size + 96 bytes per held event.
-//! Run with `make bench-memory`.
+//!
+//! A second table (issue 32) weighs one three-way join against the two chained joins it replaces,
+//! per key whose order, payment and shipment are all held: the three-way state holds the three
+//! events; the chain holds the order and the payment in its first join, and in its second the
+//! first join's output (the order-paid record, carrying both values) and the shipment. Heap bytes
+//! and `held()` bytes per key, the two joins' states summed. The target: the three-way join's at
+//! most the chain's.
+//!
+//! Run with `make bench-matcher` (after the matcher's own benchmark) or
+//! `cargo bench -p cojoin --bench memory`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
@@ -70,6 +79,121 @@ fn main() {
             }
         }
     }
+    println!();
+    println!("three topics, per key with its order, payment and shipment held: one three-way join against two chained joins, 12-byte keys");
+    println!("| keys held | values | three-way: heap bytes per key | chained: heap bytes per key | three-way / chained | three-way: held() per key | chained: held() per key |");
+    println!("|---:|---|---:|---:|---:|---:|---:|");
+    for keys in HELD.map(|h| h / 3) {
+        for value_bytes in [100usize, 1_000] {
+            let (three_heap, three_held) = per_key_three_way(keys, value_bytes);
+            let (chain_heap, chain_held) = per_key_chained(keys, value_bytes);
+            println!(
+                "| {keys} | {value_bytes} B | {three_heap:.0} | {chain_heap:.0} | {:.2} | {three_held:.0} | {chain_held:.0} |",
+                three_heap / chain_heap
+            );
+        }
+    }
+}
+
+/// Everything held until the run ends: no event leaves the state during a measurement.
+const HOLD_ALL: JoinWindow = JoinWindow {
+    window_ms: i64::MAX / 4,
+    grace_ms: 0,
+};
+
+/// An event as the consumer builds it (`kafka::source::event_of`): exact-size payloads, the topic
+/// name shared.
+fn event(topic: &std::sync::Arc<str>, offset: i64, key: &[u8], value: Vec<u8>) -> Event {
+    Event {
+        topic: topic.clone(),
+        partition: 0,
+        offset,
+        timestamp: 1_700_000_000_000 + offset,
+        key: Some(key.to_vec().into()),
+        value: Some(value.into()),
+        headers: Default::default(),
+    }
+}
+
+/// (heap bytes, `held()` bytes) per key of a three-way join holding `keys` keys, each with one
+/// order, payment and shipment of `value_bytes`.
+fn per_key_three_way(keys: i64, value_bytes: usize) -> (f64, f64) {
+    let names: [std::sync::Arc<str>; 3] = ["orders".into(), "payments".into(), "shipments".into()];
+    let mut out = Vec::with_capacity(16);
+    let before = LIVE.load(Relaxed);
+    let mut state = JoinState::with_topics(3, HOLD_ALL, JoinKind::Inner);
+    for i in 0..keys {
+        let key = format!("k-{i:010}");
+        for (t, name) in names.iter().enumerate() {
+            let e = event(name, i, key.as_bytes(), vec![b'x'; value_bytes]);
+            state.insert(Side::of(t), e, &mut out);
+        }
+        assert_eq!(out.len(), 1, "every key makes one match");
+        out.clear();
+    }
+    let heap = (LIVE.load(Relaxed) - before) as f64 / keys as f64;
+    let (held, bytes) = state.held();
+    assert_eq!(held as i64, 3 * keys, "the window holds every event");
+    (heap, bytes as f64 / keys as f64)
+}
+
+/// The same keys through two chained joins: orders with payments, whose match becomes the
+/// order-paid record that the second join reads (from an intermediate topic) with the shipments.
+/// The record is the Rust order-paid plugin's (plugins/rust/order-paid) with JSON values
+/// embedded as they are: both values and about 90 bytes around them.
+fn per_key_chained(keys: i64, value_bytes: usize) -> (f64, f64) {
+    let names: [std::sync::Arc<str>; 4] = [
+        "orders".into(),
+        "payments".into(),
+        "orders-paid".into(),
+        "shipments".into(),
+    ];
+    let mut out = Vec::with_capacity(16);
+    let before = LIVE.load(Relaxed);
+    let mut paid = JoinState::new(HOLD_ALL, JoinKind::Inner);
+    let mut shipped = JoinState::new(HOLD_ALL, JoinKind::Inner);
+    for i in 0..keys {
+        let key = format!("k-{i:010}");
+        let value = || vec![b'x'; value_bytes];
+        paid.insert(
+            Side::LEFT,
+            event(&names[0], i, key.as_bytes(), value()),
+            &mut out,
+        );
+        paid.insert(
+            Side::RIGHT,
+            event(&names[1], i, key.as_bytes(), value()),
+            &mut out,
+        );
+        assert_eq!(out.len(), 1, "every order is paid");
+        out.clear();
+        let record = [
+            format!(r#"{{"order_id":"{key}","status":"paid","order":"#).into_bytes(),
+            value(),
+            br#","payment":"#.to_vec(),
+            value(),
+            format!(r#","paid_at":{},"by":"rust"}}"#, 1_700_000_000_000 + i).into_bytes(),
+        ]
+        .concat();
+        shipped.insert(
+            Side::LEFT,
+            event(&names[2], i, key.as_bytes(), record),
+            &mut out,
+        );
+        shipped.insert(
+            Side::RIGHT,
+            event(&names[3], i, key.as_bytes(), value()),
+            &mut out,
+        );
+        assert_eq!(out.len(), 1, "every paid order is shipped");
+        out.clear();
+    }
+    let heap = (LIVE.load(Relaxed) - before) as f64 / keys as f64;
+    let (held, bytes) = [paid.held(), shipped.held()]
+        .into_iter()
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    assert_eq!(held as i64, 4 * keys, "the windows hold every event");
+    (heap, bytes as f64 / keys as f64)
 }
 
 /// (heap bytes per held event, bytes per held event as `held()` accounts them), the events
@@ -83,10 +207,7 @@ fn measure(
     share_keys: bool,
     shuffle: bool,
 ) -> (f64, f64) {
-    let window = JoinWindow {
-        window_ms: i64::MAX / 4,
-        grace_ms: 0,
-    };
+    let window = HOLD_ALL;
     let mut out = Vec::with_capacity(16);
     // Shared by every event of a topic, as `cojoin run` does.
     let names: [std::sync::Arc<str>; 3] = ["orders".into(), "payments".into(), "shipments".into()];
