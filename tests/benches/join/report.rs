@@ -32,7 +32,6 @@ pub(crate) fn report(rows: &[Summary], expected: u64, records: u64, runs: u64) {
     // Three topics (issue 32): three times Kafka Streams' chained joins, and ahead of Flink's.
     let ratios: &[(&str, &str, f64)] = if topics().len() == 3 {
         &[
-            ("cojoin-rust", BARE, 0.7),
             ("cojoin-rust", "kafka-streams-rocksdb", 3.0),
             ("cojoin-rust", "kafka-streams-memory", 3.0),
             ("cojoin-rust", "flink", 1.0),
