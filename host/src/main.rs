@@ -44,9 +44,9 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
-    /// The join on an embedded broker, nothing to install: generated orders and payments, joined
-    /// with the example plugin; prints every result as it comes and a summary. Ends after
-    /// --events records (and their results) or on Ctrl-C.
+    /// The join on an embedded broker, nothing to install: generated orders and payments (with
+    /// --topics 3, and shipments), joined with the example plugin; prints every result as it comes
+    /// and a summary. Ends after --events records (and their results) or on Ctrl-C.
     Demo(DemoArgs),
     /// Produce the demo's generated orders and payments to a real broker (topics `orders` and
     /// `payments`, which must exist; with unequal partition counts the join repartitions one),

@@ -5,18 +5,23 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use cojoin::demo::Shop;
 use cojoin::plugin::PluginLimits;
 
 use super::{configured_plugin_path, default_cache_dir, load_plugin, on_signal, open_registry};
 
 #[derive(Args)]
 pub(crate) struct DemoArgs {
-    /// Records to generate (orders and payments).
+    /// Topics to join: 2 (orders and payments, as examples/orders-payments) or 3 (orders,
+    /// payments and shipments in one join, as examples/orders-payments-shipments).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(2..=3))]
+    topics: u8,
+    /// Records to generate (orders, payments and, with --topics 3, shipments).
     #[arg(long, default_value_t = 2_000)]
     events: usize,
-    /// The plugin to act on each result (an order-paid plugin: Python, Rust or JS)
-    /// [default: build/plugins/order_paid_python.wasm in a checkout, else the one installed with
-    /// the wheel].
+    /// The plugin to act on each result: an order-paid plugin (Python, Rust or JS), with
+    /// --topics 3 an order-shipped one [default: build/plugins/order_paid_python.wasm, or
+    /// order_shipped_python.wasm, in a checkout, else the one installed with the wheel].
     #[arg(long)]
     plugin: Option<PathBuf>,
     /// Seed of the generated stream.
@@ -105,74 +110,46 @@ pub(crate) fn run_host(config_path: &std::path::Path) -> Result<ExitCode> {
 }
 
 pub(crate) fn demo(args: DemoArgs) -> Result<ExitCode> {
-    let plugin = demo_plugin(args.plugin)?;
+    let shop = Shop::with_topics(args.topics.into())
+        .with_context(|| format!("the demo joins 2 or 3 topics, not {}", args.topics))?;
+    let plugin = demo_plugin(args.plugin, shop.plugin_file())?;
     let registry = open_registry(
         &plugin,
         PluginLimits::default(),
         default_cache_dir(),
         vec![],
     )?;
+    registry.check_world(shop.topics().len())?;
     let stop = on_signal(
         "stopping: the summary follows (Ctrl-C again to exit at once)",
         "second signal: exiting at once",
     )?;
     let options = cojoin::demo::DemoOptions {
+        shop,
         events: args.events,
         seed: args.seed,
         print: !args.quiet,
         admin_bind: args.admin,
     };
-    let s = cojoin::demo::run(&options, registry, &stop)?;
-    println!("== summary");
-    println!(
-        "events        {} ({} orders, {} payments)",
-        s.events,
-        s.orders,
-        s.events - s.orders
-    );
-    println!("paid          {} orders matched with their payment", s.paid);
-    println!(
-        "unpaid        {} orders with no payment in the window",
-        s.unpaid
-    );
-    println!(
-        "dead letters  {} records (late payments) in orders-payments-dlq",
-        s.dead_letters
-    );
-    println!(
-        "still open    {} orders whose window had not closed when the stream ended",
-        s.open
-    );
-    match (s.latency_quantile(0.5), s.latency_quantile(0.99)) {
-        (Some(p50), Some(p99)) => println!(
-            "latency       p50 {p50:.1} ms, p99 {p99:.1} ms from producing a payment to reading its match ({} matches)",
-            s.match_latency_ms.len()
-        ),
-        _ => println!("latency       no match measured"),
-    }
-    let mut fates: Vec<_> = s.fates.iter().collect();
-    fates.sort();
-    let fates: Vec<String> = fates.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    println!("generated     {}", fates.join(", "));
+    let summary = cojoin::demo::run(&options, registry, &stop)?;
+    print!("{summary}");
     Ok(ExitCode::SUCCESS)
 }
 
-/// The example plugin's file name, and where a checkout builds it (`make plugins`) and where the
-/// wheel installs it (`<venv>/share/cojoin/plugins/`, beside `<venv>/bin/cojoin`).
-const DEMO_PLUGIN: &str = "order_paid_python.wasm";
-
-fn demo_plugin(given: Option<PathBuf>) -> Result<PathBuf> {
+/// The given plugin, else the example plugin `file` where a checkout builds it (`make plugins`)
+/// or where the wheel installs it (`<venv>/share/cojoin/plugins/`, beside `<venv>/bin/cojoin`).
+fn demo_plugin(given: Option<PathBuf>, file: &str) -> Result<PathBuf> {
     if let Some(path) = given {
         anyhow::ensure!(path.exists(), "plugin {path:?} not found");
         return Ok(path);
     }
-    let checkout = PathBuf::from("build/plugins").join(DEMO_PLUGIN);
+    let checkout = PathBuf::from("build/plugins").join(file);
     let installed = std::env::current_exe().ok().and_then(|exe| {
         Some(
             exe.parent()?
                 .parent()?
                 .join("share/cojoin/plugins")
-                .join(DEMO_PLUGIN),
+                .join(file),
         )
     });
     let mut looked = vec![checkout.clone()];
@@ -183,7 +160,7 @@ fn demo_plugin(given: Option<PathBuf>) -> Result<PathBuf> {
         .find(|p| p.is_file())
         .with_context(|| {
             format!(
-                "the example plugin {DEMO_PLUGIN} is not in {looked:?}: in a checkout, build it with `make plugins`; or give --plugin <component.wasm>"
+                "the example plugin {file} is not in {looked:?}: in a checkout, build it with `make plugins`; or give --plugin <component.wasm>"
             )
         })
 }

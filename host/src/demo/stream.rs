@@ -3,7 +3,8 @@
 //!
 //! Event time runs faster than the wall clock ([`EVENT_MS_PER_REAL_MS`]) so that windows close
 //! within seconds; `arrival` says when (in event time) a record reaches Kafka, which for a delayed
-//! payment is well after its own timestamp.
+//! payment is well after its own timestamp. The record type, the clock, the window and the PRNG
+//! serve the three-topic shop ([`super::shipments`]) as well.
 
 /// One order every this many event-time milliseconds.
 pub const ORDER_EVERY_MS: i64 = 1_000;
@@ -12,6 +13,16 @@ pub const EVENT_MS_PER_REAL_MS: i64 = 40;
 /// The demo's join window and grace, in event time.
 pub const WINDOW_MS: i64 = 10_000;
 pub const GRACE_MS: i64 = 2_000;
+
+/// The input topics the demo's shops produce to.
+pub const ORDERS: &str = "orders";
+pub const PAYMENTS: &str = "payments";
+pub const SHIPMENTS: &str = "shipments";
+
+/// The key of the `i`th order (and of its payment and shipment).
+pub fn order_key(i: usize) -> String {
+    format!("order-{i:05}")
+}
 
 /// What happens to an order's payment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,13 +38,25 @@ pub enum Fate {
     Never,
 }
 
+impl Fate {
+    /// How the summary's `generated` line names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Fate::Paid => "paid in the window",
+            Fate::PaidTooLate => "paid after the window",
+            Fate::Delayed => "payment delayed (late record)",
+            Fate::Never => "never paid",
+        }
+    }
+}
+
 /// A record to produce.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Planned {
     /// When it reaches Kafka, in event-time ms from the stream's start.
     pub arrival: i64,
-    /// `true` for the left topic (orders), `false` for the right (payments).
-    pub is_order: bool,
+    /// Its topic: [`ORDERS`], [`PAYMENTS`] or [`SHIPMENTS`].
+    pub topic: &'static str,
     pub key: String,
     pub value: String,
     /// The record's own timestamp, in event-time ms from the stream's start.
@@ -41,17 +64,22 @@ pub struct Planned {
 }
 
 /// A small, dependency-free PRNG (xorshift64*): the demo needs variety, not quality.
-struct Rng(u64);
+pub(super) struct Rng(u64);
 
 impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
+    /// Seeded: xorshift needs a non-zero state; 2s+1 keeps every seed distinct.
+    pub(super) fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(2).wrapping_add(1))
+    }
+
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) % n
     }
 
-    fn between(&mut self, lo: i64, hi: i64) -> i64 {
+    pub(super) fn between(&mut self, lo: i64, hi: i64) -> i64 {
         lo + self.below((hi - lo + 1) as u64) as i64
     }
 }
@@ -72,14 +100,13 @@ const NO_DELAY_AT_THE_END_MS: i64 = 60_000;
 
 /// About `events` records (orders and their payments), sorted by arrival, with each order's fate.
 pub fn generate(events: usize, seed: u64) -> (Vec<Planned>, Vec<Fate>) {
-    // xorshift needs a non-zero state; 2s+1 keeps every seed distinct.
-    let mut rng = Rng(seed.wrapping_mul(2).wrapping_add(1));
+    let mut rng = Rng::new(seed);
     // Orders with their payment's time, decided first: the end of the stream changes some fates.
     let mut orders = Vec::new();
     let mut records = 0;
     while records < events {
         let i = orders.len();
-        let key = format!("order-{i:05}");
+        let key = order_key(i);
         let ts = i as i64 * ORDER_EVERY_MS;
         let cents = rng.between(500, 25_000);
         let amount = format!("{}.{:02}", cents / 100, cents % 100);
@@ -102,7 +129,7 @@ pub fn generate(events: usize, seed: u64) -> (Vec<Planned>, Vec<Fate>) {
         }
         planned.push(Planned {
             arrival: ts,
-            is_order: true,
+            topic: ORDERS,
             key: key.clone(),
             value: format!(r#"{{"order_id":"{key}","customer":"c-{customer}","amount":{amount}}}"#),
             timestamp: ts,
@@ -114,7 +141,7 @@ pub fn generate(events: usize, seed: u64) -> (Vec<Planned>, Vec<Fate>) {
                 } else {
                     pay_ts
                 },
-                is_order: false,
+                topic: PAYMENTS,
                 value: format!(r#"{{"order_id":"{key}","amount":{amount},"method":"card"}}"#),
                 key,
                 timestamp: pay_ts,
@@ -139,7 +166,7 @@ mod tests {
         for f in [Fate::Paid, Fate::PaidTooLate, Fate::Delayed, Fate::Never] {
             assert!(fates.contains(&f), "no {f:?} in {} orders", fates.len());
         }
-        let orders = planned.iter().filter(|p| p.is_order).count();
+        let orders = planned.iter().filter(|p| p.topic == ORDERS).count();
         assert_eq!(orders, fates.len());
         let paid = fates.iter().filter(|f| **f == Fate::Paid).count();
         assert!(paid * 100 / orders > 65, "{paid} of {orders} paid");
@@ -148,10 +175,10 @@ mod tests {
     #[test]
     fn payments_keep_their_order_s_key_and_amount_and_only_delayed_ones_arrive_late() {
         let (planned, _) = generate(500, 3);
-        for p in planned.iter().filter(|p| !p.is_order) {
+        for p in planned.iter().filter(|p| p.topic == PAYMENTS) {
             let order = planned
                 .iter()
-                .find(|o| o.is_order && o.key == p.key)
+                .find(|o| o.topic == ORDERS && o.key == p.key)
                 .unwrap();
             let amount = |v: &str| {
                 v.split("\"amount\":")
@@ -171,7 +198,7 @@ mod tests {
                 assert!(p.arrival > p.timestamp + WINDOW_MS + GRACE_MS);
                 let last_order = planned
                     .iter()
-                    .filter(|o| o.is_order)
+                    .filter(|o| o.topic == ORDERS)
                     .map(|o| o.timestamp)
                     .max()
                     .unwrap();
