@@ -551,7 +551,7 @@ fn a_backlog_larger_than_memory_queue_bytes_is_paused_and_resumed_without_loss()
     // A side pauses on the record that takes it past its share (records polled ahead for a side
     // paused meanwhile are fetched again later): no queue ever held more than
     // 2 x (the share + one record).
-    let share = cojoin::task::backpressure::QueueMarks::new(4 << 20, 4).high;
+    let share = cojoin::task::backpressure::QueueMarks::new(4 << 20, 4, 2).high;
     assert_eq!(share, 416 * 1024);
     let bound = 2 * (share as u64 + 9 * 1024);
     let peaks: Vec<u64> = page

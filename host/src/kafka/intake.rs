@@ -254,7 +254,7 @@ impl Intake {
 
     /// The marks of each task's queue (task/backpressure.rs).
     fn marks(&self, tasks: &impl Tasks) -> QueueMarks {
-        QueueMarks::new(self.queue_bytes, tasks.count())
+        QueueMarks::new(self.queue_bytes, tasks.count(), self.consumed.len())
     }
 
     /// Hands a polled record to its task, and pauses its partition once the task's queue for

@@ -86,13 +86,15 @@ struct Running {
     lags: HashMap<i32, Vec<Option<i64>>>,
     /// `memory.queue_bytes`, shared by the tasks held (task/backpressure.rs).
     queue_bytes: u64,
+    /// The topics joined: each task's queue has a side per topic.
+    topics: usize,
     /// Exactly-once: transactional producers renewed since the last committed transaction.
     renewals: u32,
 }
 
 impl Running {
     fn marks(&self) -> QueueMarks {
-        QueueMarks::new(self.queue_bytes, self.tasks.map.len())
+        QueueMarks::new(self.queue_bytes, self.tasks.map.len(), self.topics)
     }
 
     /// How long the first poll of a round may wait for a record: not at all when a task has

@@ -143,6 +143,7 @@ impl Host {
             published: Default::default(),
             lags: HashMap::new(),
             queue_bytes: cfg.memory.queue_bytes,
+            topics: cfg.join.topics.len(),
             renewals: 0,
         };
         Ok(Started {

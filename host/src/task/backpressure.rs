@@ -4,7 +4,8 @@
 //!
 //! A sixteenth of the budget goes to librdkafka's prefetch (`queued.max.messages.kbytes`, which
 //! also caps `fetch.max.bytes`), an eighth to the records the run loop polls while the workers
-//! run a round (handed to the tasks after it); the rest is shared by the tasks, half per side. A side is paused
+//! run a round (handed to the tasks after it); the rest is shared by the tasks, an equal part per
+//! side (topic) of each. A side is paused
 //! past its high mark and resumed at half of it, not at empty: the records still queued keep the
 //! task busy while the first fetch after the resume travels, so a paused task does not stall.
 //! Each side has its own marks: pausing the side that is ahead leaves the other fetching, which
@@ -39,12 +40,13 @@ pub struct QueueMarks {
 }
 
 impl QueueMarks {
-    /// The marks of each of `tasks` tasks sharing `queue_bytes`.
-    pub fn new(queue_bytes: u64, tasks: usize) -> Self {
+    /// The marks of each side of `tasks` tasks of `sides` topics sharing `queue_bytes`. (Halving
+    /// the share whatever the number of topics, as before N-way joins, let a three-topic host
+    /// queue 1.5 × its share: `make bench-join-3`'s queues peaked at 67 MB of a 52 MiB share.)
+    pub fn new(queue_bytes: u64, tasks: usize, sides: usize) -> Self {
         let for_tasks = queue_bytes - prefetch_bytes(queue_bytes) - polled_ahead_bytes(queue_bytes);
-        let high = usize::try_from(for_tasks / 2 / tasks.max(1) as u64)
-            .unwrap_or(usize::MAX)
-            .max(1);
+        let per_side = for_tasks / sides.max(1) as u64 / tasks.max(1) as u64;
+        let high = usize::try_from(per_side).unwrap_or(usize::MAX).max(1);
         QueueMarks {
             high,
             low: high / 2,
@@ -68,7 +70,7 @@ mod tests {
 
     #[test]
     fn the_budget_is_shared_by_prefetch_and_both_sides_of_every_task() {
-        let m = QueueMarks::new(64 << 20, 4);
+        let m = QueueMarks::new(64 << 20, 4, 2);
         // 4 MiB prefetch (librdkafka told 2), 8 MiB polled ahead, 52 MiB for the queues, 4
         // tasks, 2 sides: 6.5 MiB.
         assert_eq!(prefetch_bytes(64 << 20), 4 << 20);
@@ -77,7 +79,20 @@ mod tests {
         assert_eq!(m.high, 13 << 19);
         assert_eq!(m.low, 13 << 18);
         // No task yet: the whole queue share as one task's.
-        assert_eq!(QueueMarks::new(64 << 20, 0).high, 26 << 20);
+        assert_eq!(QueueMarks::new(64 << 20, 0, 2).high, 26 << 20);
+    }
+
+    #[test]
+    fn every_side_of_an_n_way_task_gets_an_equal_part_and_together_no_more_than_the_share() {
+        let share = (64u64 << 20) - prefetch_bytes(64 << 20) - polled_ahead_bytes(64 << 20);
+        for sides in 2..=8 {
+            let m = QueueMarks::new(64 << 20, 6, sides);
+            let all = m.high as u64 * 6 * sides as u64;
+            assert!(
+                all <= share && share - all < 6 * sides as u64,
+                "{sides}: {all}"
+            );
+        }
     }
 
     #[test]
