@@ -8,6 +8,8 @@
 //! - [`multi`]: `MultiJoinState`, the N-way join's reference model, which `JoinState`'s tests
 //!   check it against.
 //! - [`order`]: `TaskQueue`, which of the task's two partitions to take the next record from.
+//! - [`table`]: `TableState`, one task's table side (issue 33): rows by key, versioned or latest,
+//!   for stream–table joins; not wired yet.
 //! - [`offsets`]: `CommitPoint` and `ReplayBounds`: what to commit, and what to suppress on replay.
 
 pub mod multi;
@@ -15,6 +17,7 @@ pub mod offsets;
 pub mod order;
 pub mod state;
 mod store;
+pub mod table;
 
 pub use offsets::{CommitPoint, ReplayBounds};
 pub use order::{Admission, TaskQueue, BACKLOG_WAIT_MS};

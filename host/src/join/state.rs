@@ -109,26 +109,26 @@ const PER_EVENT_OVERHEAD: usize = std::mem::size_of::<Slot>() + 1;
 /// at 60,000 unique keys would cost 17 bytes per event more than the 8 of a bare handle
 /// (benches/memory.rs) instead of 9.
 #[derive(Clone, Copy)]
-struct Slot {
-    hash: u32,
+pub(super) struct Slot {
+    pub(super) hash: u32,
     handle: [u32; 2],
 }
 
 impl Slot {
-    fn new(hash: u32, h: Handle) -> Self {
+    pub(super) fn new(hash: u32, h: Handle) -> Self {
         Slot {
             hash,
             handle: [(h >> 32) as u32, h as u32],
         }
     }
 
-    fn handle(self) -> Handle {
+    pub(super) fn handle(self) -> Handle {
         (u64::from(self.handle[0]) << 32) | u64::from(self.handle[1])
     }
 
     /// The table's 64-bit hash of the slot's key: hashbrown takes its bucket from the low bits
     /// and its control byte from the top 7, so the 32 stored bits are spread over all 64.
-    fn table_hash(hash: u32) -> u64 {
+    pub(super) fn table_hash(hash: u32) -> u64 {
         u64::from(hash).wrapping_mul(0x9E37_79B9_7F4A_7C15)
     }
 }

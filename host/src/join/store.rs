@@ -80,6 +80,9 @@ pub struct EventStore {
     last_segment: usize,
     /// Sum of the sizes of the live events.
     live_bytes: usize,
+    /// Filled bytes of the segments not yet freed, in RAM or on disk: the live events' bytes
+    /// and those of removed events that wait for their segment to empty ([`Self::garbage_bytes`]).
+    filled: usize,
     /// Sum of the capacities of the segments in RAM.
     resident: usize,
     /// Resident bytes above which sealed segments are spilled.
@@ -99,6 +102,7 @@ impl Default for EventStore {
             origins: Origins::default(),
             last_segment: 0,
             live_bytes: 0,
+            filled: 0,
             resident: 0,
             budget: usize::MAX,
             spill_above: usize::MAX,
@@ -236,6 +240,7 @@ impl EventStore {
         // In place: a `Needs` is 128 bytes, and this runs for every event.
         segment.needs.get_mut().add(side, offset, partner_offset);
         self.live_bytes += size;
+        self.filled += size;
         if self.resident > self.spill_above {
             self.spill_oldest();
         }
@@ -289,10 +294,12 @@ impl EventStore {
         self.set_field(h, FLAGS, [flags | DEAD]);
         let (ix, _) = self.split(h);
         let filling = ix + 1 == self.segments.len();
+        let len = self.segment_len(&self.segments[ix]);
         let segment = &mut self.segments[ix];
         segment.live -= 1;
         segment.stale.set(true);
         if segment.live == 0 {
+            self.filled -= len;
             if let Some(spilled) = segment.spilled.take() {
                 let spill = self.spill.as_mut().expect("spilled with a spill dir");
                 spill.release(&spilled.disk);
@@ -430,6 +437,18 @@ impl EventStore {
     /// any. Together with the order they were pushed in, this walks the in-order events oldest
     /// first without an index. A spilled segment the walk reaches is read back.
     pub fn in_order_from(&mut self, from: Handle) -> Option<Handle> {
+        self.first_from(from, DEAD | OUT_OF_ORDER)
+    }
+
+    /// The first live event at or after `from` in the log, in or out of order: the walk that
+    /// compacts a table's rows (join/table.rs). A spilled segment the walk reaches is read back.
+    pub fn live_from(&mut self, from: Handle) -> Option<Handle> {
+        self.first_from(from, DEAD)
+    }
+
+    /// The first event at or after `from` in the log with none of the flags `skip`.
+    #[inline]
+    fn first_from(&mut self, from: Handle, skip: u8) -> Option<Handle> {
         let (mut number, mut at) = match from >> 32 {
             // Its segment was freed and dropped: the log goes on at the oldest one left.
             number if number < self.first => (self.first, 0),
@@ -443,7 +462,7 @@ impl EventStore {
             let segment = &self.segments[(number - self.first) as usize];
             // A freed segment has no bytes, so this skips it.
             if let Some(r) = resident(segment, at) {
-                if r[FLAGS] & (DEAD | OUT_OF_ORDER) == 0 {
+                if r[FLAGS] & skip == 0 {
                     return Some((number << 32) | at as u64);
                 }
                 at += record_size(r);
@@ -479,6 +498,24 @@ impl EventStore {
     /// Bytes the live events take, headers included.
     pub fn live_bytes(&self) -> usize {
         self.live_bytes
+    }
+
+    /// Bytes removed events still take, in RAM or on disk, because their segment holds live
+    /// events too. A window join's events leave about in arrival order and this stays small; a
+    /// table's rows do not, and the table moves its oldest rows to keep it down (join/table.rs).
+    pub fn garbage_bytes(&self) -> usize {
+        self.filled - self.live_bytes
+    }
+
+    /// The handle of the first event of the segment being filled (the last one): every event
+    /// pushed from now on has a handle at or above it.
+    pub fn filling_start(&self) -> Handle {
+        (self.first + self.segments.len().saturating_sub(1) as u64) << 32
+    }
+
+    /// Whether the event has no value (a Kafka tombstone).
+    pub fn is_tombstone(&self, h: Handle) -> bool {
+        u32::from_ne_bytes(self.field(h, VALUE_LEN)) == TOMBSTONE
     }
 
     /// Bytes the event takes in its segment.
