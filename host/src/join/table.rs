@@ -41,7 +41,8 @@
 //! versions exceed those of live ones (plus a slack of a few segments), each update moves the
 //! oldest live versions to the end of the store, about twice the bytes it made garbage, and the
 //! oldest segments empty and are freed (from disk too: the compaction walk reads a spilled segment
-//! back once, as the window's expiry walk does).
+//! back once, as the window's expiry walk does; a spill file, up to 64 MiB, is deleted once all
+//! its segments are, so disk use trails by up to a file or two).
 //!
 //! # Eviction
 //!

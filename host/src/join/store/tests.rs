@@ -310,3 +310,27 @@ fn live_lists_every_event_not_removed_in_push_order() {
     let live: Vec<i64> = store.live().map(|h| store.offset(h)).collect();
     assert_eq!(live, (1..50).step_by(2).collect::<Vec<_>>());
 }
+
+#[test]
+fn removed_events_count_as_garbage_until_their_segment_is_freed() {
+    let mut store = EventStore::default();
+    let value = Some(vec![1; 1_000]);
+    let handles: Vec<Handle> = (0..20)
+        .map(|i| store.push(&event(i, b"k", value.clone(), vec![]), links(Side::LEFT)))
+        .collect();
+    assert_eq!(store.garbage_bytes(), 0);
+    let size = store.after(handles[0]) - handles[0];
+    store.remove(handles[0]);
+    assert_eq!(store.garbage_bytes() as u64, size);
+    // The first segment (4 kB) holds the first three events: removing them all frees it.
+    store.remove(handles[1]);
+    store.remove(handles[2]);
+    assert_eq!(store.garbage_bytes(), 0);
+    assert!(
+        handles[3] >> 32 > 0,
+        "the fourth event is in the second segment"
+    );
+    assert_eq!(store.live_from(0), Some(handles[3]));
+    assert!(store.filling_start() <= handles[19] && store.filling_start() > handles[3]);
+    assert!(!store.is_tombstone(handles[3]));
+}
