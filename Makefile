@@ -191,8 +191,9 @@ host:
 
 # The binary `host` built and the demo's Python plugin, packed by packaging/wheel.py (stdlib only,
 # offline; see its docstring).
-wheel: host $(OUT)/order_paid_python.wasm
-	$(PY) packaging/wheel.py $(HOST) host/Cargo.toml build/wheels $(OUT)/order_paid_python.wasm
+wheel: host $(OUT)/order_paid_python.wasm $(OUT)/order_shipped_python.wasm
+	$(PY) packaging/wheel.py $(HOST) host/Cargo.toml build/wheels $(OUT)/order_paid_python.wasm \
+	  $(OUT)/order_shipped_python.wasm
 
 demo: plugins host
 	$(HOST) demo

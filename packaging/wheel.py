@@ -8,10 +8,11 @@ linux_x86_64): good for pip install here and on like machines, not for PyPI (whi
 manylinux, checked by auditwheel).
 
     python3 packaging/wheel.py target/release/cojoin host/Cargo.toml build/wheels \
-        [build/plugins/order_paid_python.wasm]
+        [build/plugins/order_paid_python.wasm build/plugins/order_shipped_python.wasm]
 
-The optional component is the example plugin `cojoin demo` runs; it is installed as
-`<venv>/share/cojoin/plugins/<its file name>`, where the binary looks for it.
+The optional components are the example plugins `cojoin demo` runs (`--topics 3` takes the
+second); each is installed as `<venv>/share/cojoin/plugins/<its file name>`, where the binary looks
+for it.
 """
 
 import base64
@@ -55,7 +56,7 @@ def binary_bytes(binary: Path) -> bytes:
         return copy.read_bytes()
 
 
-def main(binary: Path, manifest: Path, out_dir: Path, demo_plugin: Path | None = None) -> Path:
+def main(binary: Path, manifest: Path, out_dir: Path, demo_plugins: list[Path]) -> Path:
     if not binary.is_file():
         sys.exit(f"{binary} not found: build it first with `make host`")
     version = cargo_field(manifest, "version")
@@ -78,10 +79,10 @@ def main(binary: Path, manifest: Path, out_dir: Path, demo_plugin: Path | None =
             f"Tag: {tag}\n"
         ).encode(),
     }
-    if demo_plugin is not None:
-        if not demo_plugin.is_file():
-            sys.exit(f"{demo_plugin} not found: build the example plugins first with `make plugins`")
-        files[f"{dist}.data/data/share/cojoin/plugins/{demo_plugin.name}"] = demo_plugin.read_bytes()
+    for plugin in demo_plugins:
+        if not plugin.is_file():
+            sys.exit(f"{plugin} not found: build the example plugins first with `make plugins`")
+        files[f"{dist}.data/data/share/cojoin/plugins/{plugin.name}"] = plugin.read_bytes()
     record = f"{dist}.dist-info/RECORD"
     lines = [record_line(p, d) for p, d in files.items()] + [f"{record},,"]
     files[record] = ("\n".join(lines) + "\n").encode()
@@ -102,11 +103,11 @@ def main(binary: Path, manifest: Path, out_dir: Path, demo_plugin: Path | None =
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (4, 5):
+    if len(sys.argv) < 4:
         sys.exit(
-            "usage: wheel.py <cojoin binary> <host/Cargo.toml> <output directory> [demo plugin .wasm]"
+            "usage: wheel.py <cojoin binary> <host/Cargo.toml> <output directory> [demo plugin .wasm ...]"
         )
-    plugin = Path(sys.argv[4]) if len(sys.argv) == 5 else None
-    built = main(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), plugin)
+    plugins = [Path(p) for p in sys.argv[4:]]
+    built = main(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), plugins)
     size = built.stat().st_size / 1e6
     print(f"built {built} ({size:.1f} MB); install with: pip install {built}")

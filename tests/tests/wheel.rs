@@ -32,6 +32,9 @@ fn pip_install_of_the_wheel_gives_a_working_cojoin_command() {
                 cojoin_e2e::plugin("order_paid_python.wasm")
                     .to_str()
                     .unwrap(),
+                cojoin_e2e::plugin("order_shipped_python.wasm")
+                    .to_str()
+                    .unwrap(),
             ],
             t,
         ),
@@ -78,4 +81,22 @@ fn pip_install_of_the_wheel_gives_a_working_cojoin_command() {
         .and_then(|l| l.split(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no paid count in {summary}"));
     assert!(paid > 0, "the demo matched nothing: {summary}");
+
+    // The three-topic demo's plugin is installed too.
+    let out = Command::new(&cojoin)
+        .args(["demo", "--topics", "3", "--events", "200", "--quiet"])
+        .current_dir(t)
+        .env("COJOIN_CACHE_DIR", root().join("target/e2e-plugin-cache"))
+        .output()
+        .expect("starting cojoin demo --topics 3");
+    let summary = ok("cojoin demo --topics 3 from the wheel", out);
+    let shipped: usize = summary
+        .lines()
+        .find_map(|l| l.strip_prefix("shipped       "))
+        .and_then(|l| l.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no shipped count in {summary}"));
+    assert!(
+        shipped > 0,
+        "the three-topic demo matched nothing: {summary}"
+    );
 }

@@ -49,7 +49,7 @@ impl Shop {
     }
 
     /// The example plugin's file (`make plugins` builds it into build/plugins/, the wheel installs
-    /// the two-topic one), of world `plugin` or `plugin-n` as the join needs.
+    /// both), of world `plugin` or `plugin-n` as the join needs.
     pub fn plugin_file(self) -> &'static str {
         match self {
             Shop::OrdersPayments => "order_paid_python.wasm",
