@@ -50,11 +50,15 @@ enum Command {
     Demo(DemoArgs),
     /// Produce the demo's generated orders and payments to a real broker (topics `orders` and
     /// `payments`, which must exist; with unequal partition counts the join repartitions one),
-    /// as examples/orders-payments uses.
+    /// as examples/orders-payments uses; with --topics 3, and shipments (topic `shipments`), as
+    /// examples/orders-payments-shipments uses.
     Generate {
         /// The broker, host:port[,host:port…].
         #[arg(long)]
         bootstrap: String,
+        /// 2: orders and payments; 3: and shipments (the three-topic demo's stream).
+        #[arg(long, default_value_t = 2)]
+        topics: usize,
         /// Records to produce (orders and payments).
         #[arg(long, default_value_t = 10_000)]
         events: usize,
@@ -142,13 +146,21 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Demo(args) => cli::host::demo(args),
         Command::Generate {
             bootstrap,
+            topics,
             events,
             seed,
             speed,
         } => {
+            use anyhow::Context as _;
+            let shop = cojoin::demo::Shop::with_topics(topics).with_context(|| {
+                format!("--topics {topics}: the demo's stream has 2 or 3 topics")
+            })?;
             let stop = std::sync::atomic::AtomicBool::new(false);
-            let n = cojoin::demo::generate(&bootstrap, events, seed, speed, &stop)?;
-            println!("produced {n} records to orders and payments at {bootstrap}");
+            let n = cojoin::demo::generate(shop, &bootstrap, events, seed, speed, &stop)?;
+            println!(
+                "produced {n} records to {} at {bootstrap}",
+                shop.topics().join(", ")
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { config, sample } => cli::host::check(&config, sample),

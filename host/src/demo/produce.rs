@@ -8,7 +8,8 @@ use anyhow::{Context as _, Result};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::ClientConfig;
 
-use super::stream::{self, Planned};
+use super::shop::Shop;
+use super::stream::Planned;
 
 /// A producer for the generated stream: the Java-compatible partitioner, so that each key sits in
 /// the same partition number of every topic.
@@ -61,9 +62,11 @@ pub fn produce_stream(
     Ok(count)
 }
 
-/// `cojoin generate`: the two-topic demo's stream, produced to the `orders` and `payments` topics
-/// of a real broker. Returns the number of records produced.
+/// `cojoin generate`: the demo's stream of `shop`, produced to its topics (`orders` and
+/// `payments`, and `shipments` for three) of a real broker. Returns the number of records
+/// produced.
 pub fn generate(
+    shop: Shop,
     bootstrap: &str,
     events: usize,
     seed: u64,
@@ -71,6 +74,6 @@ pub fn generate(
     stop: &AtomicBool,
 ) -> Result<usize> {
     let producer = stream_producer(bootstrap)?;
-    let (planned, _) = stream::generate(events, seed);
+    let (planned, _) = shop.generate(events, seed);
     produce_stream(&producer, planned, speed, stop, |_| {})
 }
