@@ -136,6 +136,11 @@ metrics! {
     backpressure_pauses: Counter = "cojoin_backpressure_pauses", "Times a partition was paused because its task's queue passed its share of memory.queue_bytes";
     state_spilled_bytes: Counter = "cojoin_state_spilled_bytes", "Bytes of join state moved from RAM to files under state.dir (memory.state_bytes)";
     state_read_back_bytes: Counter = "cojoin_state_read_back_bytes", "Bytes of spilled join state read back from disk (probes and expiries)";
+    table_updates: Counter = "cojoin_table_updates", "Table joins: table records applied (upserts and deletions, restores included)";
+    table_misses: Counter = "cojoin_table_misses", "Table joins: stream records whose key had no row at their timestamp (inner: not handed over; left: handed to on-expire)";
+    table_too_old: Counter = "cojoin_table_too_old", "Table joins, versioned: stream records and table updates stamped before stream time - join.table.history (records joined with no row, updates dropped)";
+    table_restored_records: Counter = "cojoin_table_restored_records", "Table joins: table records read by restores (a task's table partition from its beginning to its end offset when the task started)";
+    table_restore_seconds: Seconds = "cojoin_table_restore_seconds", "Table joins: seconds restores took, from a task's start to its table read to that end offset (see cojoin_table_restored_records_total)";
     records_produced: Counter = "cojoin_records_produced", "Output and dead-letter records acknowledged by the broker";
     outputs_produced: Counter = "cojoin_outputs_produced", "Plugin records acknowledged by the broker";
     dead_letters_produced: Counter = "cojoin_dead_letters_produced", "Dead letters acknowledged by the broker";
@@ -164,8 +169,8 @@ metrics! {
     group_member: Family<Member, Gauge> = "cojoin_group_member", "This host's member id in the consumer group, as a label; always 1";
     tasks_waiting_for_pair: Gauge = "cojoin_tasks_waiting_for_pair", "Tasks of which this host holds one partition without the other (that half paused)";
     assigned_tasks: Gauge = "cojoin_assigned_tasks", "Tasks (partition numbers) held";
-    state_events: Family<Task, Gauge> = "cojoin_state_events", "Events held in join state, per task";
-    state_bytes: Family<Task, Gauge> = "cojoin_state_bytes", "Bytes held in join state (in RAM and on disk), per task";
+    state_events: Family<Task, Gauge> = "cojoin_state_events", "Events held in join state, per task (a table join: its table's rows)";
+    state_bytes: Family<Task, Gauge> = "cojoin_state_bytes", "Bytes held in join state (in RAM and on disk), per task (a table join: its table's)";
     state_ram_bytes: Family<Task, Gauge> = "cojoin_state_ram_bytes", "Bytes of join state segments in RAM, per task (memory.state_bytes bounds their sum)";
     state_disk_bytes: Family<Task, Gauge> = "cojoin_state_disk_bytes", "Bytes of join state spilled to files under state.dir, per task";
     task_waited_seconds: Family<Task, Gauge<f64, AtomicU64>> = "cojoin_task_waited_seconds", "Seconds a task's queued records waited for a side since it started on this host (join.max_idle for a caught-up side, a side's backlog on the broker, the broker's answer, replay, a paused side); the latency a task adds beside the plugin and the producer";

@@ -9,9 +9,12 @@ use crate::task::TaskPolicy;
 /// Builds a task policy from the config.
 pub fn task_policy(config: &Config) -> TaskPolicy {
     let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    let table = config.join.table.as_ref();
     TaskPolicy {
+        // A table join has no window; its history is how far ahead of an idle table a stream
+        // record may be taken (further, and the table's next updates would come too old).
         window: JoinWindow {
-            window_ms: ms(config.join.window),
+            window_ms: ms(table.map_or(config.join.window, |t| t.history)),
             grace_ms: ms(config.join.grace),
         },
         kind: config.join.kind.into(),
@@ -30,6 +33,7 @@ pub fn task_policy(config: &Config) -> TaskPolicy {
                 .collect(),
             allowed: config.output.allowed_topics.clone(),
         },
+        table: table.map(|t| t.mode()),
     }
 }
 

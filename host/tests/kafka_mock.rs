@@ -21,6 +21,9 @@ use rdkafka::ClientConfig;
 mod support;
 use support::plugin_path;
 
+#[path = "kafka_mock/table.rs"]
+mod table;
+
 const BASE_TS: i64 = 1_764_680_400_000;
 const PARTITIONS: i32 = 4;
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::table::TableConfig;
 use super::units::{duration, optional_duration};
 use crate::event::{Side, MAX_TOPICS};
 use crate::join::JoinKind;
@@ -66,8 +67,9 @@ pub struct JoinConfig {
     /// `inner`, `left` or `outer`. Default: `inner`.
     #[serde(default)]
     pub kind: Kind,
-    /// Largest timestamp difference of a matching pair, e.g. `"5m"`. Required.
-    #[serde(with = "duration")]
+    /// Largest timestamp difference of a matching pair, e.g. `"5m"`. Required, except in a table
+    /// join, which has none.
+    #[serde(default, with = "duration")]
     pub window: Duration,
     /// How long past its window an event waits for out-of-order partners. Default: `"0s"`.
     #[serde(default, with = "duration")]
@@ -115,6 +117,9 @@ pub struct JoinConfig {
     /// Default: the count of the side that is not repartitioned, else the larger count.
     #[serde(default)]
     pub partitions: Option<usize>,
+    /// `[join.table]`: the right side is a table, not a stream (see [`TableConfig`]).
+    #[serde(default)]
+    pub table: Option<TableConfig>,
 }
 
 /// Where a side's join key comes from.

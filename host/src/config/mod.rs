@@ -46,6 +46,7 @@ mod kafka;
 mod memory;
 mod output;
 mod plugin;
+mod table;
 #[cfg(test)]
 mod tests;
 mod units;
@@ -63,6 +64,7 @@ pub use output::{Compression, Guarantee, OutputConfig};
 pub use plugin::{
     backoff_before, FailurePolicy, PluginConfig, MAX_BACKOFF, MAX_MEMORY_MIB, MAX_RETRIES,
 };
+pub use table::{TableConfig, TableModeSetting};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -160,9 +162,9 @@ impl Config {
             message: parse_error(text, &e),
         })?;
         config.join.resolve_defaults();
-        config
-            .join
-            .resolve_topics()
+        (config.join.resolve_table())
+            .and_then(|()| config.join.resolve_topics())
+            .and_then(|()| config.join.validate_table())
             .map_err(|(field, problem, fix)| ConfigError::Invalid {
                 field,
                 problem,

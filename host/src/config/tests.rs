@@ -408,4 +408,5 @@ fn exactly_once_commits_every_100_ms_unless_told_and_refuses_options_it_sets() {
     assert!(e.contains("transactional.id"), "{e}");
 }
 
+mod table;
 mod topics;

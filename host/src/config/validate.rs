@@ -126,10 +126,10 @@ impl Config {
                 "give the internal topics' partition count, e.g. the input topics' count, or leave it out",
             );
         }
-        if self.join.window.is_zero() {
+        if self.join.window.is_zero() && self.join.table.is_none() {
             return invalid(
                 "join.window",
-                "is zero",
+                "is missing or zero",
                 "give the largest timestamp difference of a match, e.g. \"5m\"",
             );
         }

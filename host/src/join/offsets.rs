@@ -75,7 +75,8 @@ impl ReplayBounds {
         }
     }
 
-    fn is_replay(&self, side: Side, offset: i64) -> bool {
+    /// Whether the record at `offset` of `side` was processed by the previous owner.
+    pub fn is_replay(&self, side: Side, offset: i64) -> bool {
         let bound = self.through.get(side.index()).copied().flatten();
         bound.is_some_and(|b| offset <= b)
     }

@@ -69,6 +69,9 @@ pub struct Source {
     /// The consumer group, and who the broker sees this host as: named when the broker refuses.
     group: String,
     principal: String,
+    /// A table join: the topic (by index) every task reads from its beginning, being its
+    /// table's changelog, whatever was committed on it.
+    from_start: Option<usize>,
 }
 
 impl Source {
@@ -98,10 +101,23 @@ impl Source {
             transactions,
             group: config.get("group.id").unwrap_or_default().to_owned(),
             principal: "<this host's principal>".to_owned(),
+            from_start: None,
         })
     }
 
     /// Who the broker sees this host as ([`crate::acl::principal`]), named when it refuses a read.
+    /// A table join: every task reads `side`'s partition from its beginning (its table's
+    /// changelog), not from the offset committed there, which only shows the group's lag.
+    pub fn read_from_start(&mut self, side: Side) {
+        self.from_start = Some(side.index());
+    }
+
+    /// Whether a task's partitions must be sought to its start points when it starts (a table
+    /// join's table is read from its beginning).
+    pub fn reads_from_start(&self) -> bool {
+        self.from_start.is_some()
+    }
+
     pub fn set_principal(&mut self, principal: String) {
         self.principal = principal;
     }

@@ -84,7 +84,9 @@ pub fn plan(join: &JoinConfig, group: &str, counts: &[usize]) -> Plan {
         .filter(|(_, by_field)| !**by_field)
         .map(|(c, _)| *c)
         .max();
-    let partitions = (join.partitions).unwrap_or_else(|| {
+    // A table is read as it is: the stream is re-keyed to the table's count.
+    let table_count = join.table.as_ref().map(|_| counts[Side::RIGHT.index()]);
+    let partitions = (join.partitions).or(table_count).unwrap_or_else(|| {
         as_produced.unwrap_or_else(|| counts.iter().copied().max().unwrap_or(0))
     });
     let mut sides = Vec::new();

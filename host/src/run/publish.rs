@@ -30,7 +30,7 @@ pub(super) struct Published {
 type Count = fn(&TaskCounters) -> u64;
 
 /// The counter of each task count.
-fn task_counts(m: &Metrics) -> [(&Counter, Count); 11] {
+fn task_counts(m: &Metrics) -> [(&Counter, Count); 15] {
     [
         (&m.matches, |c| c.matches),
         (&m.expiries, |c| c.expiries),
@@ -43,6 +43,10 @@ fn task_counts(m: &Metrics) -> [(&Counter, Count); 11] {
         (&m.replay_suppressed, |c| c.suppressed),
         (&m.state_spilled_bytes, |c| c.spilled_bytes),
         (&m.state_read_back_bytes, |c| c.read_back_bytes),
+        (&m.table_updates, |c| c.table_updates),
+        (&m.table_misses, |c| c.table_misses),
+        (&m.table_too_old, |c| c.table_too_old),
+        (&m.table_restored_records, |c| c.table_restored_records),
     ]
 }
 
@@ -73,6 +77,9 @@ impl Host {
         for (counter, count) in task_counts(m) {
             counter.inc_by(count(&counters).saturating_sub(count(&was.counters)));
         }
+        let restore_ms = counters.table_restore_ms;
+        m.table_restore_seconds
+            .inc_by(restore_ms.saturating_sub(was.counters.table_restore_ms) as f64 / 1000.0);
         for worker in workers.iter_mut() {
             for (label, stats) in worker.take_calls() {
                 m.add_calls(&label, &stats);

@@ -83,6 +83,7 @@ impl Host {
         let metrics = self.metrics.clone();
         let source_topics = plan.join_topics.clone();
         let principal = crate::acl::principal(cfg);
+        let table = cfg.join.table.is_some();
         let new_source = move || -> Result<Source> {
             let mut source = Source::new(
                 &consumer_config,
@@ -91,6 +92,9 @@ impl Host {
                 transactions.clone(),
             )?;
             source.set_principal(principal.clone());
+            if table {
+                source.read_from_start(crate::task::TABLE_SIDE);
+            }
             Ok(source)
         };
         let source = new_source()?;

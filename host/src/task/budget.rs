@@ -9,25 +9,38 @@ use super::PartitionTask;
 use crate::join::{SpillDir, StoreStats};
 
 impl PartitionTask {
-    /// Events and bytes held in the join state.
+    /// Events and bytes held in the join state; in a table join, the table's rows and bytes.
     pub fn held(&self) -> (usize, usize) {
-        self.state.held()
+        match &self.table {
+            Some(table) => (table.state.rows(), table.state.bytes()),
+            None => self.state.held(),
+        }
     }
 
-    /// Lets the join state move its oldest events to files in `dir` beyond its RAM budget.
+    /// Lets the join state (or table) move its oldest events to files in `dir` beyond its RAM
+    /// budget.
     pub fn spill_to(&mut self, dir: Arc<SpillDir>) {
-        self.state.spill_to(dir);
+        match &mut self.table {
+            Some(table) => table.state.spill_to(dir),
+            None => self.state.spill_to(dir),
+        }
     }
 
     /// This task's share of `memory.state_bytes`: join state beyond it goes to disk (once
     /// [`PartitionTask::spill_to`] gave it a place).
     pub fn set_state_budget(&mut self, bytes: usize) {
-        self.state.set_ram_budget(bytes);
+        match &mut self.table {
+            Some(table) => table.state.set_ram_budget(bytes),
+            None => self.state.set_ram_budget(bytes),
+        }
     }
 
-    /// The join state's bytes in RAM and on disk, and what moved between them.
+    /// The join state's (or table's) bytes in RAM and on disk, and what moved between them.
     pub fn store_stats(&self) -> StoreStats {
-        self.state.store_stats()
+        match &self.table {
+            Some(table) => table.state.store_stats(),
+            None => self.state.store_stats(),
+        }
     }
 
     /// The bytes a batch may reach before `run` stops taking records (its share of

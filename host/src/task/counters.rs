@@ -22,6 +22,15 @@ pub struct TaskCounters {
     /// Join state bytes moved to disk and read back (from the state's store).
     pub spilled_bytes: u64,
     pub read_back_bytes: u64,
+    /// Table joins: table records applied, and stream records that found no row.
+    pub table_updates: u64,
+    pub table_misses: u64,
+    /// Table joins, versioned: stream records and updates stamped before stream time − history.
+    pub table_too_old: u64,
+    /// Table joins: records read by restores (from the table's beginning to its end offset when
+    /// the task started), and the milliseconds they took.
+    pub table_restored_records: u64,
+    pub table_restore_ms: u64,
 }
 
 impl TaskCounters {
@@ -40,5 +49,10 @@ impl TaskCounters {
         self.suppressed += other.suppressed;
         self.spilled_bytes += other.spilled_bytes;
         self.read_back_bytes += other.read_back_bytes;
+        self.table_updates += other.table_updates;
+        self.table_misses += other.table_misses;
+        self.table_too_old += other.table_too_old;
+        self.table_restored_records += other.table_restored_records;
+        self.table_restore_ms += other.table_restore_ms;
     }
 }

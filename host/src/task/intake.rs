@@ -45,6 +45,9 @@ impl PartitionTask {
         for (side, &position) in self.sides().zip(positions) {
             if let Some(position) = position {
                 self.queue.set_position(side, position);
+                if side == super::TABLE_SIDE {
+                    self.set_table_position(position);
+                }
             }
         }
     }
@@ -68,6 +71,9 @@ impl PartitionTask {
     pub fn set_end_offset_floors(&mut self, floor: &[i64]) {
         for (side, &floor) in self.sides().zip(floor) {
             self.queue.set_end_offset_floor(side, floor);
+            if side == super::TABLE_SIDE {
+                self.set_restore_end(floor);
+            }
         }
     }
 

@@ -36,6 +36,7 @@ mod intake;
 mod policy;
 pub mod pool;
 mod retry;
+mod table;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -53,12 +54,15 @@ pub use batch::{Batch, Emit};
 pub use counters::TaskCounters;
 pub use dead_letter::{DeadLetter, DeadLetterReason};
 pub use policy::{OutputTopics, TaskPolicy};
+pub use table::TABLE_SIDE;
 
 pub struct PartitionTask {
     pub partition: i32,
     policy: TaskPolicy,
     queue: TaskQueue,
     state: JoinState,
+    /// A table join's table side (`policy.table`); the join state then stays empty.
+    table: Option<table::TableSide>,
     bounds: ReplayBounds,
     /// Next offset to consume, per side.
     next_offset: Vec<i64>,
@@ -102,6 +106,7 @@ impl PartitionTask {
         PartitionTask {
             partition,
             state: JoinState::with_topics(start.len(), policy.window, policy.kind),
+            table: policy.table.map(table::TableSide::new),
             policy,
             queue,
             bounds: ReplayBounds::new(start.iter().map(|p| p.processed_through)),
@@ -169,8 +174,10 @@ impl PartitionTask {
             self.counters.records += 1;
             let replay = self.queue.is_replay(side, offset);
             let before = self.run_point(&batch);
-            let unjoined_tombstone =
-                event.value.is_none() && self.policy.tombstones != TombstonePolicy::Join;
+            // A table's tombstone is a deletion, whatever join.tombstones says of the stream's.
+            let unjoined_tombstone = event.value.is_none()
+                && self.policy.tombstones != TombstonePolicy::Join
+                && !(self.table.is_some() && side == TABLE_SIDE);
             if admission != Admission::Join || unjoined_tombstone {
                 self.flush(&mut batch, &mut deferred, action, clock);
                 if self.halted.is_some() {
@@ -204,10 +211,19 @@ impl PartitionTask {
                 }
             } else {
                 outcomes.clear();
-                self.state.insert(side, event, &mut outcomes);
+                match &mut self.table {
+                    Some(table) => table.join(
+                        side,
+                        event,
+                        self.policy.kind,
+                        &mut self.counters,
+                        &mut outcomes,
+                    ),
+                    None => self.state.insert(side, event, &mut outcomes),
+                }
                 let mut drained = outcomes.drain(..);
                 while let Some(outcome) = drained.next() {
-                    if self.bounds.suppresses(side, offset, &outcome) {
+                    if self.suppresses(side, offset, &outcome) {
                         self.counters.suppressed += 1;
                         continue;
                     }
@@ -239,7 +255,7 @@ impl PartitionTask {
                     if self.parked.is_some() {
                         // The rest of this record waits behind the parked call.
                         for outcome in drained.by_ref() {
-                            if self.bounds.suppresses(side, offset, &outcome) {
+                            if self.suppresses(side, offset, &outcome) {
                                 self.counters.suppressed += 1;
                             } else {
                                 self.parked_rest(Step::Call {
@@ -267,7 +283,8 @@ impl PartitionTask {
         }
         self.flush(&mut batch, &mut deferred, action, clock);
         batch.full = batch.bytes >= self.batch_budget || out_of_time;
-        let stats = self.state.store_stats();
+        self.check_restore();
+        let stats = self.store_stats();
         self.counters.spilled_bytes = stats.spilled_bytes_total;
         self.counters.read_back_bytes = stats.read_back_bytes_total;
         batch

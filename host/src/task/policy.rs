@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
+use crate::join::table::TableMode;
 use crate::join::{JoinKind, JoinWindow};
 
 /// How a task treats records it cannot use and calls that fail.
@@ -23,6 +24,8 @@ pub struct TaskPolicy {
     pub retries: u32,
     pub backoff: Duration,
     pub outputs: OutputTopics,
+    /// A table join: the right side is a table, joined this way (`join.table`).
+    pub table: Option<TableMode>,
 }
 
 /// Where a plugin's records may go. Never to the join's own input topics: a plugin writing there

@@ -14,6 +14,7 @@ mod commit;
 mod dead_letter;
 mod intake;
 mod retry;
+mod table;
 
 /// Records its calls; fails on keys starting with "bad" (and on matches of the left offsets in
 /// `fail_left`); a match on key "to:T" writes to topic T.
@@ -91,6 +92,7 @@ fn policy() -> TaskPolicy {
             internal: vec!["g-left-repartition".into(), "g-right-repartition".into()],
             allowed: None,
         },
+        table: None,
     }
 }
 

@@ -84,8 +84,10 @@ impl Intake {
                 }
                 let start = starts[&p].clone();
                 // Paused earlier (a lone half, a full queue, a halted task) and librdkafka keeps
-                // that across the revoke: seek to the start and fetch again.
-                if waited_ms.is_some() || self.paused.is_paused(p) {
+                // that across the revoke: seek to the start and fetch again. A table join's
+                // table starts at its beginning, not where the consumer would.
+                if waited_ms.is_some() || self.paused.is_paused(p) || self.source.reads_from_start()
+                {
                     self.source.rewind_and_resume(p, &start)?;
                     self.ahead.forget(p);
                     self.paused.clear_task(p);

@@ -100,6 +100,13 @@ impl Source {
             };
             let side = super::side_of(&self.topics, e.topic()).index();
             if let Some(start) = starts.get_mut(&e.partition()) {
+                // A table is restored from its beginning; what it processed before is replay
+                // (its rejected records are not dead-lettered again).
+                let offset = if self.from_start == Some(side) {
+                    0
+                } else {
+                    offset
+                };
                 start[side] = CommitPoint {
                     offset,
                     processed_through: CommitPoint::parse_metadata(e.metadata()),

@@ -81,6 +81,7 @@ fn policy() -> TaskPolicy {
         retries: 0,
         backoff: Duration::ZERO,
         outputs: Default::default(),
+        table: None,
     }
 }
 
