@@ -169,6 +169,8 @@ metrics! {
     group_member: Family<Member, Gauge> = "cojoin_group_member", "This host's member id in the consumer group, as a label; always 1";
     tasks_waiting_for_pair: Gauge = "cojoin_tasks_waiting_for_pair", "Tasks of which this host holds one partition without the other (that half paused)";
     assigned_tasks: Gauge = "cojoin_assigned_tasks", "Tasks (partition numbers) held";
+    table_rows: Gauge = "cojoin_table_rows", "A global table's rows (keys with a value), in this host's view of the whole table";
+    table_bytes: Gauge = "cojoin_table_bytes", "Bytes a global table takes in this host (in RAM and on disk; memory.state_bytes bounds the RAM)";
     state_events: Family<Task, Gauge> = "cojoin_state_events", "Events held in join state, per task (a table join: its table's rows)";
     state_bytes: Family<Task, Gauge> = "cojoin_state_bytes", "Bytes held in join state (in RAM and on disk), per task (a table join: its table's)";
     state_ram_bytes: Family<Task, Gauge> = "cojoin_state_ram_bytes", "Bytes of join state segments in RAM, per task (memory.state_bytes bounds their sum)";

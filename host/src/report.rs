@@ -154,6 +154,11 @@ impl Happened<'_> {
                 partitions,
                 group,
             } => {
+                // A global table join's group reads its stream alone.
+                if let [stream] = topics {
+                    tracing::info!(target: "cojoin::report", stream, partitions, group, "joining the group");
+                    return;
+                }
                 let (left, right, more) = (&topics[0], &topics[1], &topics[2..]);
                 if more.is_empty() {
                     tracing::info!(target: "cojoin::report", left, right, partitions, group, "joining the group");
@@ -169,6 +174,10 @@ impl Happened<'_> {
                 tracing::info!(target: "cojoin::report", ?unknown, "Kafka permissions checked: {granted} granted, none missing");
             }
             PartitionsRevoked { by_topic } => {
+                if let [stream] = by_topic {
+                    tracing::info!(target: "cojoin::report", ?stream, "partitions revoked");
+                    return;
+                }
                 let (left, right, more) = (&by_topic[0], &by_topic[1], &by_topic[2..]);
                 if more.is_empty() {
                     tracing::info!(target: "cojoin::report", ?left, ?right, "partitions revoked");
@@ -179,6 +188,10 @@ impl Happened<'_> {
             Assignment { held, added } => {
                 // The topics side by side: co-partitioning is visible in the log. A join of
                 // three topics or more gives the third and later as `more`.
+                if let ([stream], [added_stream]) = (held, added) {
+                    tracing::info!(target: "cojoin::report", ?stream, ?added_stream, "assignment");
+                    return;
+                }
                 let (left, right, more) = (&held[0], &held[1], &held[2..]);
                 let (added_left, added_right, added_more) = (&added[0], &added[1], &added[2..]);
                 if more.is_empty() {
@@ -207,6 +220,12 @@ impl Happened<'_> {
                     metrics
                         .pair_wait_seconds
                         .inc_by(waited.max(0) as f64 / 1000.0);
+                }
+                if let [stream] = start {
+                    tracing::info!(target: "cojoin::report", task, offset = stream.offset,
+                        processed_through = ?stream.processed_through,
+                        waited_for_pair_ms = ?waited_ms, "task assigned");
+                    return;
                 }
                 let more: Vec<_> = (start[2..].iter())
                     .map(|p| (p.offset, p.processed_through))

@@ -33,7 +33,10 @@ pub fn task_policy(config: &Config) -> TaskPolicy {
                 .collect(),
             allowed: config.output.allowed_topics.clone(),
         },
-        table: table.map(|t| t.mode()),
+        // A global table is the run loop's to read and hand over (run/setup.rs).
+        table: (table)
+            .filter(|_| !config.join.table_is_global())
+            .map(|t| crate::task::TableJoin::CoPartitioned(t.mode())),
     }
 }
 

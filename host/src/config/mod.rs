@@ -64,7 +64,7 @@ pub use output::{Compression, Guarantee, OutputConfig};
 pub use plugin::{
     backoff_before, FailurePolicy, PluginConfig, MAX_BACKOFF, MAX_MEMORY_MIB, MAX_RETRIES,
 };
-pub use table::{TableConfig, TableModeSetting};
+pub use table::{TableConfig, TableModeSetting, TableScope};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

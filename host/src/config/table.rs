@@ -17,9 +17,20 @@ pub struct TableConfig {
     /// The table's topic: `b` in `on-match`, the right side of the join. Required.
     pub topic: String,
     /// `versioned` (the row as of the stream record's timestamp) or `latest` (the row the table
-    /// holds when the record is processed). Default: `versioned`.
-    #[serde(default)]
+    /// holds when the record is processed). Default: `versioned`; `latest` for a global table,
+    /// the only mode it has. Resolved from `mode_setting` by `resolve_table`.
+    #[serde(skip)]
     pub mode: TableModeSetting,
+    /// `mode` as written, `None` when left out.
+    #[serde(default, rename = "mode")]
+    mode_setting: Option<TableModeSetting>,
+    /// `co-partitioned`: task p holds partition p of the table, as of a stream; the stream is
+    /// re-keyed to the table's partitions when it must be. `global`: every host reads every
+    /// partition of the table into one view its tasks share, so the stream is read as it is
+    /// (Kafka Streams' GlobalKTable): for dimension tables up to millions of rows. Default:
+    /// `co-partitioned`.
+    #[serde(default)]
+    pub scope: TableScope,
     /// Versioned: how far behind stream time a stream record may look back; one stamped earlier
     /// is joined with no row (counted in `cojoin_table_too_old`), and an update stamped earlier
     /// is dropped. Default: `"1h"`.
@@ -33,6 +44,14 @@ pub enum TableModeSetting {
     #[default]
     Versioned,
     Latest,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum TableScope {
+    #[default]
+    CoPartitioned,
+    Global,
 }
 
 fn default_history() -> Duration {
@@ -54,13 +73,35 @@ impl TableConfig {
 type Refusal = (&'static str, String, &'static str);
 
 impl JoinConfig {
+    /// Whether the join's table is global: the group reads the stream alone, and every host the
+    /// whole table.
+    pub fn table_is_global(&self) -> bool {
+        self.table
+            .as_ref()
+            .is_some_and(|t| t.scope == TableScope::Global)
+    }
+
     /// A table join's right side is its table: `join.right` is `join.table.topic` (left out, or
     /// the same name), keyed by its records' keys. Refuses what a table join cannot do. Called
     /// before the topics are resolved.
     pub(super) fn resolve_table(&mut self) -> Result<(), Refusal> {
-        let Some(table) = &self.table else {
+        let Some(table) = &mut self.table else {
             return Ok(());
         };
+        let global = table.scope == TableScope::Global;
+        table.mode = match table.mode_setting {
+            Some(TableModeSetting::Versioned) if global => {
+                return Err((
+                    "join.table.mode",
+                    "is \"versioned\" with scope = \"global\"".to_owned(),
+                    "a global table joins with its latest row (as Kafka Streams' GlobalKTable): leave join.table.mode out, or use scope = \"co-partitioned\" for joins as of the record's timestamp",
+                ));
+            }
+            Some(mode) => mode,
+            None if global => TableModeSetting::Latest,
+            None => TableModeSetting::Versioned,
+        };
+        let table = &*table;
         if table.topic.trim().is_empty() {
             return Err((
                 "join.table.topic",
@@ -127,7 +168,7 @@ impl JoinConfig {
                 "use \"auto\": the stream is re-keyed when its key is a field or its partition count differs; the table is read as it is",
             ));
         }
-        if self.partitions.is_some() {
+        if self.partitions.is_some() && !self.table_is_global() {
             return Err((
                 "join.partitions",
                 "is set with join.table".to_owned(),

@@ -187,6 +187,8 @@ pub struct TaskQueue {
     /// milliseconds of the waits that ended.
     waiting_since: Option<i64>,
     waited_ms: i64,
+    /// Ties in timestamp go to the right side (a table join's table), not the first.
+    table_first: bool,
 }
 
 impl TaskQueue {
@@ -196,10 +198,11 @@ impl TaskQueue {
     }
 
     /// The queue of a join of `sides` topics.
+    /// One side: a join with a global table, whose task reads the stream alone.
     pub fn with_sides(sides: usize, max_idle_ms: i64) -> Self {
         assert!(
-            (2..=MAX_TOPICS).contains(&sides),
-            "a join takes 2 to {MAX_TOPICS} topics, not {sides}"
+            (1..=MAX_TOPICS).contains(&sides),
+            "a task reads 1 to {MAX_TOPICS} topics, not {sides}"
         );
         TaskQueue {
             lanes: (0..sides).map(|_| Lane::new()).collect(),
@@ -210,7 +213,15 @@ impl TaskQueue {
             peak_bytes: 0,
             waiting_since: None,
             waited_ms: 0,
+            table_first: false,
         }
+    }
+
+    /// A table join: of records stamped alike, the table's (right) is taken first, so that a
+    /// stream record is joined with an update of its own millisecond (the latest update stamped
+    /// at or before it), whichever partition was fetched first.
+    pub fn set_table_first(&mut self) {
+        self.table_first = true;
     }
 
     /// How many topics the join takes.
@@ -533,7 +544,7 @@ impl TaskQueue {
         self.sides_iter()
             .filter(|&s| which(self.lane(s)))
             .filter_map(|s| self.lane(s).queue.front().map(|q| (q.event.timestamp, s)))
-            .min()
+            .min_by_key(|&(ts, s)| (ts, !(self.table_first && s == Side::RIGHT)))
             .map(|(_, s)| s)
     }
 }

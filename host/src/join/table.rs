@@ -1,7 +1,9 @@
 //! One task's table side (issue 33): a topic whose records are upserts by key, a tombstone (no
 //! value) deleting the key, held so that each stream record of the task can be joined with the
 //! table's row for its key. Pure like the join state: no Kafka, no plugins, no async runtime; the
-//! only I/O is the store's spill files past the RAM budget. Not wired into the run loop yet.
+//! only I/O is the store's spill files past the RAM budget. A task's own table for a
+//! co-partitioned table join (task/table.rs); a global table's, shared by a host's tasks
+//! ([`SharedTable`]), kept up to date by kafka/global_table.rs.
 //!
 //! # Semantics
 //!
@@ -83,8 +85,11 @@ use super::state::Slot;
 use super::store::{EventStore, Handle, Links, SpillDir, StoreStats, NO_HANDLE, UNMATCHED};
 use crate::event::{Event, Side};
 
+pub use shared::{Applied, SharedTable};
+
 #[cfg(test)]
 mod model;
+mod shared;
 #[cfg(test)]
 mod tests;
 

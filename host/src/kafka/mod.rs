@@ -17,6 +17,7 @@ pub mod assignment;
 pub mod authz;
 pub mod client;
 pub mod describe;
+pub mod global_table;
 pub mod intake;
 pub mod pairing;
 pub mod partitioner;

@@ -57,9 +57,10 @@ impl Pairing {
         Pairing::with_topics(2, eager)
     }
 
-    /// The pairing of a join of `topics` topics.
+    /// The pairing of a join of `topics` topics; one for a join with a global table, whose
+    /// group reads the stream alone (each partition is a task as soon as it comes).
     pub fn with_topics(topics: usize, eager: bool) -> Self {
-        assert!((2..=crate::event::MAX_TOPICS).contains(&topics));
+        assert!((1..=crate::event::MAX_TOPICS).contains(&topics));
         Pairing {
             topics,
             eager,

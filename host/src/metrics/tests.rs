@@ -216,6 +216,8 @@ fn the_families_are_the_ones_dashboards_and_docs_know() {
         ("cojoin_table_too_old", "counter"),
         ("cojoin_table_restored_records", "counter"),
         ("cojoin_table_restore_seconds", "counter"),
+        ("cojoin_table_rows", "gauge"),
+        ("cojoin_table_bytes", "gauge"),
         ("cojoin_records_produced", "counter"),
         ("cojoin_outputs_produced", "counter"),
         ("cojoin_dead_letters_produced", "counter"),

@@ -45,7 +45,7 @@ impl Plan {
     /// The partition counts of the topics the join reads, from the source topics' counts: an
     /// internal topic has the plan's count (the step creates it so, or refuses to start).
     pub fn join_counts(&self, source_counts: &[usize]) -> Vec<usize> {
-        (Side::all(source_counts.len()))
+        (Side::all(self.join_topics.len()))
             .map(|side| {
                 if self.sides.iter().any(|s| s.side == side) {
                     self.partitions
@@ -70,8 +70,15 @@ pub fn internal_topic(group: &str, topic: &str) -> String {
 /// repartitioned to it; a topic keyed from its value is always repartitioned, to the largest
 /// count of those that are not (or of all, when every topic is).
 pub fn plan(join: &JoinConfig, group: &str, counts: &[usize]) -> Plan {
-    let topics = join.topics.clone();
-    let keys = &join.selectors;
+    // A global table is not the group's to read: the join reads the stream alone.
+    let read = if join.table_is_global() {
+        1
+    } else {
+        join.topics.len()
+    };
+    let topics = join.topics[..read].to_vec();
+    let keys = &join.selectors[..read];
+    let counts = &counts[..read];
     if join.repartition == RepartitionPolicy::Never || counts.contains(&0) {
         return Plan {
             join_topics: topics,
@@ -85,7 +92,9 @@ pub fn plan(join: &JoinConfig, group: &str, counts: &[usize]) -> Plan {
         .map(|(c, _)| *c)
         .max();
     // A table is read as it is: the stream is re-keyed to the table's count.
-    let table_count = join.table.as_ref().map(|_| counts[Side::RIGHT.index()]);
+    let table_count = (join.table.as_ref())
+        .filter(|_| read > 1)
+        .map(|_| counts[Side::RIGHT.index()]);
     let partitions = (join.partitions).or(table_count).unwrap_or_else(|| {
         as_produced.unwrap_or_else(|| counts.iter().copied().max().unwrap_or(0))
     });

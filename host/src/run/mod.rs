@@ -152,6 +152,8 @@ impl Host {
             mut intake,
             mut workers,
             mut run,
+            // Stops the global table's reader when the loop ends.
+            global: _global,
         } = self.start()?;
         let cfg = &self.config;
         let started = Instant::now();

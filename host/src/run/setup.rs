@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use anyhow::{Context, Result};
 
 use crate::config::Guarantee;
+use crate::kafka::global_table::{Following, GlobalTable};
 use crate::kafka::intake::Intake;
 use crate::kafka::protocol::{self, Protocol};
 use crate::kafka::repartitioner::{self, Repartitioner};
@@ -29,6 +30,8 @@ pub(super) struct Started {
     pub intake: Intake,
     pub workers: Vec<MeteredAction>,
     pub run: Running,
+    /// A global table's reader, kept up to date while the loop runs.
+    pub global: Option<Following>,
 }
 
 impl Host {
@@ -83,7 +86,8 @@ impl Host {
         let metrics = self.metrics.clone();
         let source_topics = plan.join_topics.clone();
         let principal = crate::acl::principal(cfg);
-        let table = cfg.join.table.is_some();
+        // A co-partitioned table is read by the group, each partition from its beginning.
+        let table = cfg.join.table.is_some() && !cfg.join.table_is_global();
         let new_source = move || -> Result<Source> {
             let mut source = Source::new(
                 &consumer_config,
@@ -96,6 +100,16 @@ impl Host {
                 source.read_from_start(crate::task::TABLE_SIDE);
             }
             Ok(source)
+        };
+        let spill = spill_dir(&cfg.state.dir())?;
+        // A global table is read whole before the host joins its group: no stream record is
+        // joined with a table still loading, and a long restore does not keep a member away.
+        let global = match cfg.join.table_is_global() {
+            true => {
+                let reader = GlobalTable::restore(cfg, self.metrics.clone(), spill.clone())?;
+                Some((reader.table(), reader.follow()?))
+            }
+            false => None,
         };
         let source = new_source()?;
         let counts = plan.join_counts(&source_counts);
@@ -124,7 +138,10 @@ impl Host {
             );
             policy.max_idle_ms = REPARTITIONED_MAX_IDLE_MS;
         }
-        let spill = spill_dir(&cfg.state.dir())?;
+        if let Some((table, _)) = &global {
+            policy.table = Some(crate::task::TableJoin::Global(table.clone()));
+        }
+        let global = global.map(|(_, following)| following);
         let workers = self.start_workers(counts[0])?;
         // Asked read_uncommitted: the log end, past a transaction still open, whose records a
         // read_committed consumer gets once it commits and a task waits for (join/order.rs).
@@ -147,7 +164,7 @@ impl Host {
             published: Default::default(),
             lags: HashMap::new(),
             queue_bytes: cfg.memory.queue_bytes,
-            topics: cfg.join.topics.len(),
+            topics: plan.join_topics.len(),
             renewals: 0,
         };
         Ok(Started {
@@ -156,6 +173,7 @@ impl Host {
             intake,
             workers,
             run,
+            global,
         })
     }
 }

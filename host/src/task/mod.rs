@@ -53,7 +53,7 @@ pub use action::{Action, ActionFailure};
 pub use batch::{Batch, Emit};
 pub use counters::TaskCounters;
 pub use dead_letter::{DeadLetter, DeadLetterReason};
-pub use policy::{OutputTopics, TaskPolicy};
+pub use policy::{OutputTopics, TableJoin, TaskPolicy};
 pub use table::TABLE_SIDE;
 
 pub struct PartitionTask {
@@ -103,10 +103,14 @@ impl PartitionTask {
         for (side, p) in Side::all(start.len()).zip(start) {
             queue.set_replay(side, p.offset, p.processed_through);
         }
+        if matches!(policy.table, Some(policy::TableJoin::CoPartitioned(_))) {
+            queue.set_table_first();
+        }
         PartitionTask {
             partition,
-            state: JoinState::with_topics(start.len(), policy.window, policy.kind),
-            table: policy.table.map(table::TableSide::new),
+            // A global table join reads the stream alone; its join state stays empty.
+            state: JoinState::with_topics(start.len().max(2), policy.window, policy.kind),
+            table: policy.table.clone().map(table::TableSide::new),
             policy,
             queue,
             bounds: ReplayBounds::new(start.iter().map(|p| p.processed_through)),

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use crate::config::{FailurePolicy, RecordPolicy, TombstonePolicy};
-use crate::join::table::TableMode;
+use std::sync::Arc;
+
+use crate::join::table::{SharedTable, TableMode};
 use crate::join::{JoinKind, JoinWindow};
 
 /// How a task treats records it cannot use and calls that fail.
@@ -24,8 +26,18 @@ pub struct TaskPolicy {
     pub retries: u32,
     pub backoff: Duration,
     pub outputs: OutputTopics,
-    /// A table join: the right side is a table, joined this way (`join.table`).
-    pub table: Option<TableMode>,
+    /// A table join: the right side is a table (`join.table`).
+    pub table: Option<TableJoin>,
+}
+
+/// A table join's table, as a task sees it.
+#[derive(Clone, Debug)]
+pub enum TableJoin {
+    /// Co-partitioned: the task holds its table partition's rows itself, kept this way.
+    CoPartitioned(TableMode),
+    /// Global: every task of the host looks rows up in one view of the whole table (latest
+    /// rows), kept by the host's table reader; the task reads the stream alone.
+    Global(Arc<SharedTable>),
 }
 
 /// Where a plugin's records may go. Never to the join's own input topics: a plugin writing there

@@ -12,16 +12,20 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::PartitionTask;
+use super::{PartitionTask, TableJoin};
 use crate::event::{Event, Side};
-use crate::join::table::{TableLookup, TableMode, TableState, TableUpdate};
+use crate::join::table::{SharedTable, TableLookup, TableMode, TableState, TableUpdate};
 use crate::join::{JoinKind, JoinOutcome};
 
 /// The table's side of the join: always the right one (`b` in `on-match`).
 pub const TABLE_SIDE: Side = Side::RIGHT;
 
 pub(super) struct TableSide {
+    /// Co-partitioned: the task's own table (its partition's rows).
     pub(super) state: TableState,
+    /// Global: the host's view of the whole table, in which the task looks its stream up (its
+    /// own `state` then stays empty, its restore done).
+    shared: Option<Arc<SharedTable>>,
     restore: Restore,
     /// The consumer's position on the table's partition, as last told: past transaction markers
     /// and records compacted away, which no poll delivers.
@@ -40,15 +44,20 @@ struct Restore {
 }
 
 impl TableSide {
-    pub(super) fn new(mode: TableMode) -> Self {
+    pub(super) fn new(table: TableJoin) -> Self {
+        let (mode, shared) = match table {
+            TableJoin::CoPartitioned(mode) => (mode, None),
+            TableJoin::Global(shared) => (TableMode::Latest, Some(shared)),
+        };
         TableSide {
             state: TableState::new(mode),
             restore: Restore {
                 started: Instant::now(),
                 end: None,
-                done: false,
+                done: shared.is_some(),
                 records: 0,
             },
+            shared,
             position: 0,
         }
     }
@@ -72,7 +81,11 @@ impl TableSide {
             }
             return;
         }
-        match self.state.lookup(&event) {
+        let lookup = match &self.shared {
+            Some(shared) => shared.lookup(&event),
+            None => self.state.lookup(&event),
+        };
+        match lookup {
             TableLookup::Found(row) => out.push(JoinOutcome::Match {
                 left: Arc::new(event),
                 right: Arc::new(row),
@@ -122,7 +135,10 @@ impl PartitionTask {
     /// Whether the restore got to its end: every table record before the end offset the task
     /// started with was applied. Said once, in the log and the counters.
     pub(super) fn check_restore(&mut self) {
-        let reached = self.next_offset[TABLE_SIDE.index()];
+        // A global table's task has no table partition (its restore is done from the start).
+        let Some(reached) = self.next_offset.get(TABLE_SIDE.index()).copied() else {
+            return;
+        };
         let Some(table) = &mut self.table else {
             return;
         };
@@ -141,6 +157,7 @@ impl PartitionTask {
         self.counters.table_restore_ms += took.as_millis() as u64;
         let topic = self.policy.outputs.inputs.get(TABLE_SIDE.index());
         tracing::info!(
+            target: "cojoin::report",
             "task {}: table {}-{} restored: {} records read, {} rows, {} bytes, in {:.2} s",
             self.partition,
             topic.map_or("?", String::as_str),

@@ -5,6 +5,10 @@
 use super::*;
 
 fn table_config(bootstrap: &str, group: &str) -> Config {
+    table_config_scoped(bootstrap, group, "co-partitioned")
+}
+
+fn table_config_scoped(bootstrap: &str, group: &str, scope: &str) -> Config {
     Config::parse(&format!(
         r#"
         [kafka]
@@ -15,7 +19,7 @@ fn table_config(bootstrap: &str, group: &str) -> Config {
         left = "orders"
         kind = "left"
         max_idle = "100ms"
-        table = {{ topic = "payments" }}
+        table = {{ topic = "payments", scope = "{scope}" }}
         [plugin]
         path = "unused.wasm"
         [output]
@@ -107,4 +111,68 @@ fn a_table_join_enriches_every_record_and_restores_the_table_after_a_restart() {
         (counted(&outputs, "paid"), counted(&outputs, "unpaid")),
         (150, 50)
     );
+}
+
+#[test]
+fn a_global_table_is_read_whole_by_every_host_and_followed_while_it_runs() {
+    let cluster = MockCluster::new(1).unwrap();
+    // The stream and the table need not be co-partitioned: 4 partitions against 3.
+    cluster.create_topic("orders", PARTITIONS, 1).unwrap();
+    cluster.create_topic("payments", 3, 1).unwrap();
+    cluster.create_topic("orders-paid", 1, 1).unwrap();
+    cluster.create_topic("dlq", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let group = format!("global-{}", std::process::id());
+    let p = producer(&bootstrap);
+    for i in (0..100).filter(|i| i % 4 != 0) {
+        send(
+            &p,
+            "payments",
+            &format!("order-{i}"),
+            "{\"paid\":true}",
+            BASE_TS - 1000,
+            None,
+        );
+    }
+    produce_stream(&p, 0, 100);
+    let host = start_host_config(table_config_scoped(&bootstrap, &group, "global"));
+    let outputs = read_outputs(&bootstrap, |o| o.len() >= 100);
+    assert_eq!(
+        (counted(&outputs, "paid"), counted(&outputs, "unpaid")),
+        (75, 25)
+    );
+    let page = metric_reaches(&host, "cojoin_table_restored_records_total", 75);
+    assert_eq!(sample(&page, "cojoin_table_rows"), Some(75), "{page}");
+    // Rows for the other keys while the host runs: followed, then joined.
+    for i in (0..100).filter(|i| i % 4 == 0) {
+        send(
+            &p,
+            "payments",
+            &format!("order-{i}"),
+            "{\"paid\":true}",
+            BASE_TS,
+            None,
+        );
+    }
+    p.flush(Duration::from_secs(10)).unwrap();
+    metric_reaches(&host, "cojoin_table_rows", 100);
+    produce_stream(&p, 100, 200);
+    let outputs = read_outputs(&bootstrap, |o| o.len() >= 200);
+    assert_eq!(
+        (counted(&outputs, "paid"), counted(&outputs, "unpaid")),
+        (175, 25)
+    );
+    host.stop();
+
+    // A restart reads the whole table again before it joins.
+    produce_stream(&p, 200, 300);
+    let host = start_host_config(table_config_scoped(&bootstrap, &group, "global"));
+    let outputs = read_outputs(&bootstrap, |o| o.len() >= 300);
+    let page = metric_reaches(&host, "cojoin_table_restored_records_total", 100);
+    std::thread::sleep(Duration::from_secs(2));
+    let outputs = read_outputs(&bootstrap, |o| o.len() >= outputs.len());
+    host.stop();
+    assert_eq!(sample(&page, "cojoin_matches_total"), Some(100), "{page}");
+    assert_eq!(outputs.len(), 300, "no duplicates across the restart");
+    assert_eq!(counted(&outputs, "paid"), 275);
 }

@@ -123,3 +123,34 @@ fn what_a_table_join_cannot_do_is_refused_naming_the_field_and_the_fix() {
         "{error}"
     );
 }
+
+#[test]
+fn a_global_table_joins_its_latest_rows_and_the_group_reads_the_stream_alone() {
+    let c = with_join(
+        "left = \"orders\"\nleft_key = \"/customer_id\"\ntable = { topic = \"customers\", scope = \"global\" }",
+    )
+    .unwrap();
+    assert!(c.join.table_is_global());
+    assert_eq!(c.join.table.as_ref().unwrap().mode(), TableMode::Latest);
+    // Read as it is, whatever the table's count: only a key from the value re-keys the stream.
+    let plan = repartition::plan(&c.join, "g", &[12, 3]);
+    assert_eq!(
+        (plan.partitions, &plan.join_topics[..]),
+        (12, &["g-orders-repartition".to_owned()][..])
+    );
+    let as_is =
+        with_join("left = \"orders\"\ntable = { topic = \"customers\", scope = \"global\" }")
+            .unwrap();
+    let plan = repartition::plan(&as_is.join, "g", &[5, 2]);
+    assert_eq!((plan.partitions, plan.sides.len()), (5, 0));
+    assert_eq!(plan.join_topics, ["orders"]);
+    assert_eq!(plan.join_counts(&[5, 2]), [5]);
+    let error = with_join(
+        "left = \"orders\"\ntable = { topic = \"customers\", scope = \"global\", mode = \"versioned\" }",
+    )
+    .unwrap_err();
+    assert!(
+        error.contains("`join.table.mode`: is \"versioned\" with scope = \"global\"; a global table joins with its latest row"),
+        "{error}"
+    );
+}

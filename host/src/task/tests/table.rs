@@ -8,7 +8,7 @@ use crate::join::table::TableMode;
 fn table_policy(kind: JoinKind, mode: TableMode) -> TaskPolicy {
     TaskPolicy {
         kind,
-        table: Some(mode),
+        table: Some(TableJoin::CoPartitioned(mode)),
         ..policy()
     }
 }
@@ -195,4 +195,20 @@ fn replayed_stream_records_are_suppressed_whatever_row_they_find() {
     );
     assert_eq!(calls, ["match c1 1+0"]);
     assert_eq!(task.counters.suppressed, 1);
+}
+
+#[test]
+fn an_update_stamped_like_the_record_is_applied_before_it() {
+    let mut task = PartitionTask::new(0, table_policy(JoinKind::Inner, VERSIONED), FRESH);
+    // The stream's record pushed first, and the stream is the first side: the table's record
+    // of the same millisecond still goes first ("the latest update stamped at or before").
+    let calls = run(
+        &mut task,
+        vec![
+            (Side::RIGHT, row(0, "c1", 10, Some("silver"))),
+            (Side::LEFT, ev(Side::LEFT, 0, "c1", 20)),
+            (Side::RIGHT, row(1, "c1", 20, Some("gold"))),
+        ],
+    );
+    assert_eq!(calls, ["match c1 0+1"]);
 }
