@@ -180,7 +180,8 @@ build/js-batched/order_paid.js: plugins/js/order-paid.js host/templates/batch.js
 	$(JOIN_BATCH_JS)
 
 plugins: rust-plugins $(OUT)/order_paid_python.wasm $(OUT)/order_paid_js.wasm $(OUT)/noop_python.wasm $(OUT)/noop_js.wasm \
-  $(OUT)/misbehave_python.wasm $(OUT)/misbehave_js.wasm $(OUT)/order_shipped_python.wasm $(OUT)/order_shipped_js.wasm
+  $(OUT)/misbehave_python.wasm $(OUT)/misbehave_js.wasm $(OUT)/order_shipped_python.wasm $(OUT)/order_shipped_js.wasm \
+  $(OUT)/order_enriched_python.wasm
 
 # --- host ---------------------------------------------------------------------------------------
 # Built as the tests build it (`cargo test --no-run` also builds the cojoin binary): a plain

@@ -32,6 +32,44 @@ impl Kafka {
     }
 }
 
+impl Kafka {
+    /// How many records each partition of `topic` holds now, read from its beginning to its end
+    /// offset: fewer than the end offset once a compacted topic's cleaner removed some.
+    pub fn records_held(&self, topic: &str, partitions: i32) -> Vec<usize> {
+        let ends = self.end_offsets(topic, partitions);
+        (0..partitions)
+            .map(|p| {
+                let consumer: BaseConsumer = self
+                    .client()
+                    .set("group.id", "e2e-reader")
+                    .set("enable.auto.commit", "false")
+                    .create()
+                    .unwrap();
+                let mut tpl = rdkafka::TopicPartitionList::new();
+                tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning)
+                    .unwrap();
+                consumer.assign(&tpl).unwrap();
+                let end = ends[p as usize];
+                let deadline = Instant::now() + Duration::from_secs(30);
+                let (mut held, mut next) = (0, 0);
+                // The last record is in the active segment, which the cleaner leaves alone.
+                while next < end {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{topic}-{p}: read to offset {next} of {end} in 30 s"
+                    );
+                    if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+                        let m = m.unwrap_or_else(|e| panic!("reading {topic}-{p}: {e}"));
+                        held += 1;
+                        next = m.offset() + 1;
+                    }
+                }
+                held
+            })
+            .collect()
+    }
+}
+
 /// A record read back: key, value and headers as text.
 #[derive(Clone, Debug)]
 pub struct ReadRecord {

@@ -11,9 +11,11 @@
 //
 // partition -1 leaves the choice to the Java default partitioner (murmur2 of the key, as
 // librdkafka's `murmur2_random`); timestamp is the record's create time in ms; the value is the
-// rest of the line (it may hold tabs). An empty line flushes: everything above it is acknowledged
-// before anything below it is sent. Everything is flushed at the end; a record the broker refuses
-// stops the producer with exit code 1 and the reason. Prints "produced <n> records" to stderr.
+// rest of the line (it may hold tabs). A line of the first four fields alone (no tab after the
+// key) is a tombstone: a record with a null value. An empty line flushes: everything above it is
+// acknowledged before anything below it is sent. Everything is flushed at the end; a record the
+// broker refuses stops the producer with exit code 1 and the reason. Prints "produced <n>
+// records" to stderr.
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -62,13 +64,13 @@ public class Produce {
                     continue;
                 }
                 String[] f = line.split("\t", 5);
-                if (f.length != 5) {
-                    System.err.println("line " + lineNo + ": want topic, partition, timestamp, key, value separated by tabs: " + line);
+                if (f.length != 5 && f.length != 4) {
+                    System.err.println("line " + lineNo + ": want topic, partition, timestamp, key, value separated by tabs (no value: a tombstone): " + line);
                     System.exit(2);
                 }
                 int partition = Integer.parseInt(f[1]);
                 ProducerRecord<String, String> record = new ProducerRecord<>(
-                    f[0], partition < 0 ? null : partition, Long.parseLong(f[2]), f[3], f[4]);
+                    f[0], partition < 0 ? null : partition, Long.parseLong(f[2]), f[3], f.length == 5 ? f[4] : null);
                 producer.send(record, (metadata, e) -> {
                     if (e != null) {
                         failed.compareAndSet(null, e);

@@ -240,3 +240,74 @@ fn a_two_topic_plugin_for_three_topics_is_refused_naming_the_world_it_needs() {
         "{stderr}"
     );
 }
+
+/// The stream–table join of examples/orders-customers (README "Stream–table joins"): each order
+/// with its customer's row as of its timestamp (versioned), or as the table stands when it is
+/// taken (latest); without a row, `no-customer` in a left join and nothing in an inner one.
+#[test]
+fn the_orders_customers_recording_gives_the_readmes_table_in_each_mode() {
+    let example = root().join("examples/orders-customers/cojoin.toml");
+    let events = root().join("examples/orders-customers/events.jsonl");
+    let text = std::fs::read_to_string(&example).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let variant = |name: &str, from: &str, to: &str| {
+        assert!(text.contains(from), "{example:?} no longer says {from}");
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, text.replace(from, to)).unwrap();
+        path
+    };
+    let latest = variant("latest", "mode = \"versioned\"", "mode = \"latest\"");
+    let inner = variant("inner", "kind = \"left\"", "kind = \"inner\"");
+    // (order, status, the customer's tier, the update's seconds after the first)
+    let versioned_left = [
+        ("order-1", "enriched", "silver", 0),
+        ("order-2", "enriched", "gold", 0),
+        ("order-3", "enriched", "gold", 60),
+        ("order-4", "no-customer", "", 0),
+        ("order-5", "no-customer", "", 0),
+        ("order-6", "enriched", "silver", 0),
+        ("order-7", "no-customer", "", 0),
+    ];
+    let mut latest_left = versioned_left;
+    latest_left[5] = ("order-6", "enriched", "gold", 60);
+    let versioned_inner: Vec<_> = (versioned_left.iter())
+        .filter(|o| o.1 == "enriched")
+        .copied()
+        .collect();
+    for (config, want) in [
+        (&example, versioned_left.to_vec()),
+        (&latest, latest_left.to_vec()),
+        (&inner, versioned_inner),
+    ] {
+        let (lines, stderr, code) = run_with(
+            config,
+            "order_enriched_python.wasm",
+            events.to_str().unwrap(),
+        );
+        assert_eq!(code, Some(0), "{config:?}: {stderr}");
+        let got: Vec<(String, String, String, i64)> = lines
+            .iter()
+            .map(|l| {
+                let b = body(l);
+                assert_eq!(l["key"], b["order_id"], "keyed by the order id: {l}");
+                assert_eq!(b["order"]["customer_id"], b["customer_id"], "{b}");
+                let since = b["customer_version_ts"]
+                    .as_i64()
+                    .map_or(0, |ts| (ts - 1_764_680_400_000) / 1000);
+                (
+                    b["order_id"].as_str().unwrap().to_owned(),
+                    b["status"].as_str().unwrap().to_owned(),
+                    b["customer"]["tier"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    since,
+                )
+            })
+            .collect();
+        let want: Vec<(String, String, String, i64)> = (want.iter())
+            .map(|&(o, s, t, at)| (o.into(), s.into(), t.into(), at))
+            .collect();
+        assert_eq!(got, want, "{config:?}");
+    }
+}
