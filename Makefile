@@ -5,7 +5,9 @@
 #   make bench-matcher  the join core alone (criterion), and heap bytes per held event
 #   make bench-join  the join on Apache Kafka against the bare consumer, Kafka Streams and the Python
 #                peers (a table, ratios, a chart); make bench-join-3 (= BENCH_TOPICS=3 make bench-join)
-#                the three-topic join against two chained joins in Kafka Streams and Flink
+#                the three-topic join against two chained joins in Kafka Streams and Flink;
+#                make bench-join-table (= BENCH_DATA=table make bench-join) a stream joined with a
+#                table against Kafka Streams' KTable and GlobalKTable joins and Quix's join_asof
 #   make bench-edit  edit-to-live for a Python plugin: save app.py -> build -> deploy -> serving
 #   make bench-latency  end-to-end latency p50/p99 of cojoin, Kafka Streams and Flink, at-least-once
 #                and exactly-once
@@ -34,7 +36,7 @@ HOST := target/release/cojoin
 KAFKA_LIBS := tests/kafka/target/kafka-libs
 KAFKA_PORT ?= 9092
 
-.PHONY: all demo test bench bench-matcher bench-join bench-join-3 bench-edit bench-latency plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak soak-memory wheel
+.PHONY: all demo test bench bench-matcher bench-join bench-join-3 bench-join-table bench-edit bench-latency plugins setup wasm-target host rust-plugins kafka kafka-stop kafka-libs soak soak-memory wheel
 all: plugins host
 
 # --- toolchains ---------------------------------------------------------------------------------
@@ -236,6 +238,14 @@ bench-join: plugins host kafka-libs $(VENV_BENCH)/.installed $(KSTREAMS)/target/
 # The other BENCH_* settings apply as to bench-join, e.g. BENCH_RECORDS=20000 BENCH_RUNS=1.
 bench-join-3:
 	BENCH_TOPICS=3 $(MAKE) bench-join
+
+# The stream-table data set (issue 33): a table of customers (BENCH_TABLE_ROWS rows, default
+# BENCH_RECORDS, a tenth of them updated once), then BENCH_RECORDS orders keyed by customer;
+# cojoin's table join (Rust and Python order-paid plugins) against Kafka Streams' KStream-KTable
+# and KStream-GlobalKTable joins and Quix Streams' join_asof, and each table's restore after a
+# restart. The other BENCH_* settings apply as to bench-join.
+bench-join-table:
+	BENCH_DATA=table $(MAKE) bench-join
 
 # From saving a Python plugin's app.py to its first result on a running demo host, 5 rounds.
 bench-edit: plugins host

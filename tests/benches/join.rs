@@ -20,6 +20,19 @@
 //! issue's targets for it. What its state costs per key against two chained cojoin joins is the
 //! memory benchmark's second table (host/benches/memory.rs, run by `make bench-matcher`).
 //!
+//! BENCH_DATA=table (`make bench-join-table`) runs the stream-table data set instead (issue 33):
+//! a table topic `customers` (BENCH_TABLE_ROWS rows, default BENCH_RECORDS, one per key, and an
+//! update of a tenth of them), produced first, then a stream `orders` of BENCH_RECORDS records
+//! keyed by customers drawn uniformly from the table's keys, stamped after every row (produce.py
+//! `--table`); same partition counts, every order matches its customer's row. Its systems: the
+//! bare consumer (both topics), `cojoin run` with `join.table` (`mode = "versioned"`, the default,
+//! and `"latest"`) and the Rust and Python order-paid plugins (cojoin-rust, cojoin-rust-latest,
+//! cojoin-python), Kafka Streams' KStream-KTable join with RocksDB, in-memory and versioned stores
+//! and its KStream-GlobalKTable join with RocksDB and in-memory stores, Flink's event-time
+//! temporal join (Table API) and Quix Streams' `join_asof`. After each run of a cojoin or Kafka
+//! Streams system, its restart on the same group (the stream consumed) times the table's restore:
+//! the second table of the report (join/table).
+//!
 //! Rounds rather than each system's runs back to back, so that drift on the machine touches every
 //! system alike. For each system: the median over the runs of records/s (first record to last),
 //! then each run's records/s in brackets, the medians of matches/s, matches, CPU seconds and peak
@@ -51,7 +64,8 @@
 //! The pieces, in join/: `summary` (medians and the table, also unit-tested by the library),
 //! `peers` (the systems other than cojoin, as commands), `timing` (a run under GNU time),
 //! `cojoin` (a `cojoin run` measured through its metrics), `report` (the text and chart at the
-//! end) and `verify` (BENCH_VERIFY's check of the output topic).
+//! end), `verify` (BENCH_VERIFY's check of the output topic) and `table` (the stream-table data
+//! set's systems and its restore times).
 
 #[path = "join/cojoin.rs"]
 mod cojoin;
@@ -61,6 +75,8 @@ mod peers;
 mod report;
 #[path = "join/summary.rs"]
 mod summary;
+#[path = "join/table.rs"]
+mod table;
 #[path = "join/timing.rs"]
 mod timing;
 #[path = "join/verify.rs"]
@@ -98,19 +114,57 @@ const THREE_TOPIC_SYSTEMS: [&str; 6] = [
     "flink",
 ];
 
-/// The data set's topics, BENCH_TOPICS of them: `left` and `right` (orders and payments), or
-/// `orders`, `payments` and `shipments`.
-pub(crate) fn topics() -> &'static [&'static str] {
+/// Which data set the benchmark produces and joins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DataSet {
+    /// `left` and `right`: orders and payments, a windowed stream-stream join (the default).
+    Pair,
+    /// `orders`, `payments`, `shipments` (BENCH_TOPICS=3, issue 32).
+    Three,
+    /// `orders` joined with the table `customers` (BENCH_DATA=table, issue 33).
+    Table,
+}
+
+/// BENCH_DATA=table, else BENCH_TOPICS (2, default, or 3).
+pub(crate) fn data_set() -> DataSet {
+    match std::env::var("BENCH_DATA").as_deref() {
+        Ok("table") => return DataSet::Table,
+        Ok("") | Err(_) => {}
+        Ok(other) => panic!("BENCH_DATA={other}: the join benchmark's named data set is `table`"),
+    }
     match env_or("BENCH_TOPICS", 2) {
-        2 => &["left", "right"],
-        3 => &["orders", "payments", "shipments"],
+        2 => DataSet::Pair,
+        3 => DataSet::Three,
         n => panic!("BENCH_TOPICS={n}: the join benchmark has data sets of 2 and 3 topics"),
+    }
+}
+
+/// The data set's topics: `left` and `right` (orders and payments); `orders`, `payments` and
+/// `shipments`; or the stream `orders` and the table `customers`.
+pub(crate) fn topics() -> &'static [&'static str] {
+    match data_set() {
+        DataSet::Pair => &["left", "right"],
+        DataSet::Three => &["orders", "payments", "shipments"],
+        DataSet::Table => &["orders", "customers"],
+    }
+}
+
+/// The systems a data set other than the pair runs, by their BENCH_SYSTEMS names (the pair runs
+/// every system).
+fn data_set_systems() -> Option<&'static [&'static str]> {
+    match data_set() {
+        DataSet::Pair => None,
+        DataSet::Three => Some(&THREE_TOPIC_SYSTEMS),
+        DataSet::Table => Some(&table::SYSTEMS),
     }
 }
 
 /// The cojoin systems of the data set, in the order they run: (name, plugin, more `[output]`
 /// settings, more `[join]` settings).
 fn cojoin_systems() -> Vec<(&'static str, &'static str, &'static str, &'static str)> {
+    if data_set() == DataSet::Table {
+        return table::cojoin_systems();
+    }
     if topics().len() == 3 {
         // The three-way join calls `on-match-n` with an order, a payment and a shipment.
         return vec![
@@ -180,22 +234,24 @@ fn main() {
     let wanted: Option<Vec<String>> = std::env::var("BENCH_SYSTEMS")
         .ok()
         .map(|s| s.split(',').map(str::to_owned).collect());
-    let three = topics().len() == 3;
-    if let (true, Some(wanted)) = (three, &wanted) {
+    let only = data_set_systems();
+    if let (Some(only), Some(wanted)) = (only, &wanted) {
         let other: Vec<&String> = wanted
             .iter()
-            .filter(|w| !THREE_TOPIC_SYSTEMS.contains(&w.as_str()))
+            .filter(|w| !only.contains(&w.as_str()))
             .collect();
         assert!(
             other.is_empty(),
-            "BENCH_SYSTEMS names {other:?}, which the three-topic data set does not run; its systems: {}",
-            THREE_TOPIC_SYSTEMS.join(",")
+            "BENCH_SYSTEMS names {other:?}, which the {:?} data set does not run; its systems: {}",
+            data_set(),
+            only.join(",")
         );
     }
     let run = |name: &str| {
-        (!three || THREE_TOPIC_SYSTEMS.contains(&name))
+        only.is_none_or(|only| only.contains(&name))
             && wanted.as_ref().is_none_or(|w| w.iter().any(|x| x == name))
     };
+    let table = data_set() == DataSet::Table;
 
     let dir = root().join("target/bench-runs/join");
     let _ = std::fs::remove_dir_all(&dir);
@@ -210,7 +266,14 @@ fn main() {
 
     let peers = root().join("host/benches/peers");
     eprintln!("producing {records} records per topic…");
-    let out = peer(&python, &peers, "produce.py", &kafka.bootstrap)
+    let mut produce = peer(&python, &peers, "produce.py", &kafka.bootstrap);
+    if table {
+        produce.arg("--table").args([
+            "--table-rows",
+            &env_or("BENCH_TABLE_ROWS", records).to_string(),
+        ]);
+    }
+    let out = produce
         .args([
             "--records",
             &records.to_string(),
@@ -247,6 +310,8 @@ fn main() {
             f
         }
     };
+    // The stream-table data set: each restart's restore of the table, per system.
+    let mut restores: Vec<table::Restore> = Vec::new();
     let mut add = |f: Figures| match by_system.iter_mut().find(|(s, _)| *s == f.system) {
         Some((_, runs)) => runs.push(f),
         None => by_system.push((f.system.clone(), vec![f])),
@@ -279,10 +344,47 @@ fn main() {
                     expected,
                 );
                 let written = kafka.bytes_on_disk("bench-out", PARTITIONS) - before;
+                if table && f.failed.is_none() {
+                    restores.push(table::cojoin_restore(name, round, &dir));
+                }
                 match output_bytes.iter_mut().find(|(s, _)| *s == name) {
                     Some((_, runs)) => runs.push(written as f64),
                     None => output_bytes.push((name, vec![written as f64])),
                 }
+                add(since(f, &kafka));
+            }
+        }
+        if table {
+            for (name, join, store) in table::KAFKA_STREAMS {
+                if run(name) {
+                    let mut cmd = table::kafka_streams(&kafka.bootstrap, name, join, store, round);
+                    cmd.args(["--expect", &total.to_string()])
+                        .args(["--expect-matches", &expected.to_string()]);
+                    let since = broker_since();
+                    let f = timed(name, &mut cmd);
+                    let ok = f.failed.is_none();
+                    add(since(f, &kafka));
+                    if ok {
+                        restores.push(table::kafka_streams_restore(
+                            &kafka.bootstrap,
+                            name,
+                            join,
+                            store,
+                            round,
+                        ));
+                    }
+                }
+            }
+            if run("flink-temporal") {
+                let since = broker_since();
+                let f = timed("flink-temporal", &mut table::flink(&kafka.bootstrap, round));
+                add(since(f, &kafka));
+            }
+            if run("quixstreams-asof") {
+                let mut cmd = peer(&python, &peers, "quix_join.py", &kafka.bootstrap);
+                cmd.args(["--join", "asof", "--expect", &total.to_string()]);
+                let since = broker_since();
+                let f = timed("quixstreams-asof", &mut cmd);
                 add(since(f, &kafka));
             }
         }
@@ -343,7 +445,18 @@ fn main() {
             summarize(system, figures, expected)
         })
         .collect();
-    report(&rows, expected, records, runs);
+    let data = match data_set() {
+        DataSet::Table => table::describe(records, &produced),
+        _ => format!(
+            "{} records",
+            vec![records.to_string(); topics().len()].join(" + ")
+        ),
+    };
+    report(&rows, &data, expected, runs);
+    if table {
+        table::report_restores(&restores);
+        table::report_targets(&rows, &restores);
+    }
     report_output_bytes(&output_bytes);
     if std::env::var("BENCH_VERIFY").is_ok_and(|v| v == "1") {
         verify_outputs(&kafka.bootstrap, records);

@@ -105,6 +105,18 @@ def expected_matches_three(orders, payments, shipments, window):
     return total
 
 
+def generate_table(n, rows, step, base, seed):
+    """Customers (rows, then an update of every tenth key) and orders keyed by customers, as
+    (ts, key, i) each; every order is stamped after every row and update."""
+    rng = random.Random(seed)
+    table = [(base + j, f"c-{j}", j) for j in range(rows)]
+    updated = range(0, rows, 10)
+    table += [(base + rows + u, f"c-{j}", j) for u, j in enumerate(updated)]
+    start = base + rows + len(updated) + 1000
+    orders = [(start + i * step, f"c-{rng.randrange(rows)}", i) for i in range(n)]
+    return orders, table
+
+
 def expected_matches(left, right, window):
     by_key = defaultdict(list)
     for ts, key, _ in right:
@@ -148,11 +160,22 @@ def main():
         help="produce right records in left order (out of timestamp order by up to 2.5*window) "
         "instead of sorted by timestamp; a join needs grace >= 2.5*window to see every pair",
     )
+    p.add_argument(
+        "--table",
+        action="store_true",
+        help="the stream-table data set: --right is a table of customers, --left a stream of orders keyed by them",
+    )
+    p.add_argument("--table-rows", type=int, default=0, help="the table's rows, one per key (default: --records)")
     p.add_argument("--dry-run", action="store_true", help="only print the expected count")
     a = p.parse_args()
     keys = a.keys or a.records
 
-    if a.third:
+    rows = a.table_rows or a.records
+    if a.table:
+        left, right = generate_table(a.records, rows, a.step_ms, a.base_ts, a.seed)
+        third = []
+        expected = len(left)
+    elif a.third:
         left, right, third = generate_three(a.records, keys, a.window_ms, a.step_ms, a.base_ts, a.seed)
         expected = expected_matches_three(left, right, third, a.window_ms)
     else:
@@ -177,15 +200,25 @@ def main():
             if err is not None:
                 errors.append(err)
 
-        for topic, events, make in (
-            (a.left, left, lambda i: {"id": i, "amount": round(5 + (i * 7919 % 50000) / 100, 2), "customer": f"c-{i % 997}"}),
-            (a.right, right, lambda i: {"id": i, "method": "card" if i % 3 else "transfer"}),
-            (a.third, third, lambda i: {"id": i, "carrier": "post" if i % 4 else "courier"}),
-        ):
+        def order(i):
+            return {"id": i, "amount": round(5 + (i * 7919 % 50000) / 100, 2), "customer": f"c-{i % 997}"}
+
+        def customer(ts, j):
+            # The first version of a row, or (stamped after every row) the update of a tenth of keys.
+            version = 1 if ts < a.base_ts + rows else 2
+            return {"id": j, "name": f"customer {j}", "tier": "gold" if j % 7 == 0 else "basic", "version": version}
+
+        sets = [(a.left, left, lambda _ts, i: order(i))]
+        if a.table:
+            sets.insert(0, (a.right, right, customer))  # the table first, as its timestamps are
+        else:
+            sets.append((a.right, right, lambda _ts, i: {"id": i, "method": "card" if i % 3 else "transfer"}))
+            sets.append((a.third, third, lambda _ts, i: {"id": i, "carrier": "post" if i % 4 else "courier"}))
+        for topic, events, make in sets:
             for ts, key, i in events:
                 while True:
                     try:
-                        producer.produce(topic, key=key.encode(), value=padded(make(i), a.value_bytes), timestamp=ts, on_delivery=on_delivery)
+                        producer.produce(topic, key=key.encode(), value=padded(make(ts, i), a.value_bytes), timestamp=ts, on_delivery=on_delivery)
                         break
                     except BufferError:
                         producer.poll(0.1)
@@ -197,12 +230,14 @@ def main():
     counts = {"left": len(left), "right": len(right)}
     if a.third:
         counts["third"] = len(third)
+    if a.table:
+        counts["rows"] = rows
     print(
         json.dumps(
             dict(
                 counts,
                 records=len(left) + len(right) + len(third),
-                keys=keys,
+                keys=rows if a.table else keys,
                 window_ms=a.window_ms,
                 expected_matches=expected,
                 produce_seconds=round(time.monotonic() - started, 3),

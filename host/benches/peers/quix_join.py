@@ -13,6 +13,13 @@ on_merge callback pairs the two values and the action builds the same output rec
 hand-written join (values are parsed by Quix's JSON deserializer; the action does json.dumps).
 Outputs are counted, not produced.
 
+With --join asof (the stream-table benchmark, `BENCH_DATA=table`): left.join_asof(right,
+how="inner", grace_ms=--asof-grace-ms), Quix Streams' as-of join: the right topic's records (the
+customers table) are written to a RocksDB store without emitting, and each left record (an order)
+looks up its key's latest right record stamped at or before it; the customer's row goes out as
+"payment", as cojoin's order-paid plugin writes b. A right record expires the key's older versions
+stamped more than grace_ms before it (default here 7 days, Quix's own default).
+
 Stops after --expect records (counted by Application's on_message_processed callback, which calls
 app.stop()) or after --idle-secs with nothing consumed (Application.run(timeout=...); run's own
 `count` counts outputs, not inputs). Prints one JSON line.
@@ -48,7 +55,7 @@ def main():
     p.add_argument("--bootstrap", default="127.0.0.1:9092")
     p.add_argument("--left", required=True)
     p.add_argument("--right", required=True)
-    p.add_argument("--window-ms", type=int, required=True)
+    p.add_argument("--window-ms", type=int, default=0, help="the interval join's window (required with it)")
     p.add_argument("--grace-ms", type=int, default=0)
     p.add_argument("--group", default=None, help="consumer group (default: a fresh one, so it reads from the start)")
     p.add_argument("--expect", type=int, default=0, help="stop after consuming this many records (both topics)")
@@ -59,8 +66,12 @@ def main():
         help="back the join state with changelog topics (Quix's default; off here so a run leaves no "
         "extra topics on the broker and measures the join itself)",
     )
+    p.add_argument("--join", choices=("interval", "asof"), default="interval")
+    p.add_argument("--asof-grace-ms", type=int, default=7 * 24 * 3600 * 1000)
     p.add_argument("--loglevel", default="WARNING")
     a = p.parse_args()
+    if a.join == "interval" and a.window_ms <= 0:
+        p.error("--window-ms is required with the interval join")
 
     started_wall = time.monotonic()
     group = a.group or f"quixstreams-{os.getpid()}-{int(time.time())}"
@@ -104,14 +115,22 @@ def main():
                 extra["retention.ms"] = "-1"
         left, right = (app.dataframe(t) for t in topics)
 
-        joined = left.join_interval(
-            right,
-            how="inner",
-            on_merge=lambda order, payment: (order, payment),  # a new object, inputs untouched
-            grace_ms=a.window_ms + a.grace_ms,  # how long each side's events stay in the store, per key
-            backward_ms=a.window_ms,  # right events up to window before a left one
-            forward_ms=a.window_ms,  # right events up to window after a left one
-        )
+        if a.join == "asof":
+            joined = left.join_asof(
+                right,
+                how="inner",
+                on_merge=lambda order, customer: (order, customer),  # a new object, inputs untouched
+                grace_ms=a.asof_grace_ms,
+            )
+        else:
+            joined = left.join_interval(
+                right,
+                how="inner",
+                on_merge=lambda order, payment: (order, payment),  # a new object, inputs untouched
+                grace_ms=a.window_ms + a.grace_ms,  # how long each side's events stay in the store, per key
+                backward_ms=a.window_ms,  # right events up to window before a left one
+                forward_ms=a.window_ms,  # right events up to window after a left one
+            )
 
         def on_match(pair, key, _timestamp, _headers):
             order, payment = pair
@@ -140,7 +159,7 @@ def main():
     print(
         json.dumps(
             {
-                "system": "quixstreams",
+                "system": "quixstreams" if a.join == "interval" else "quixstreams-asof",
                 "records": stats["records"],
                 "matches": stats["matches"],
                 "seconds": round(seconds, 3),

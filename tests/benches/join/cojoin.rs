@@ -3,7 +3,7 @@
 //! and every expected match made, then SIGTERM, and its CPU and peak RSS from GNU time.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cojoin_e2e::cojoin_bin;
@@ -12,24 +12,33 @@ use cojoin_e2e::http::{get, sample};
 
 use super::summary::Figures;
 use super::timing::gnu_time;
-use super::{grace_ms, join_kind, topics, window_ms, PARTITIONS};
+use super::{data_set, grace_ms, join_kind, topics, window_ms, DataSet, PARTITIONS};
 
 /// A left join reports every order in no match once its window closes: each key has one order,
 /// so those are the orders (the first topic's share of the records) less the matches.
+/// In a table join every order finds its row: no expiry.
 pub(crate) fn expected_expiries(total: u64, matches: u64) -> u64 {
     match join_kind().as_str() {
-        "left" => total / topics().len() as u64 - matches,
+        "left" if data_set() != DataSet::Table => total / topics().len() as u64 - matches,
         _ => 0,
     }
 }
 
-/// The `[join]` lines naming the data set's topics: `left` and `right`, or `topics` for three.
+/// The `[join]` lines naming the data set's topics and its window: `left` and `right`, or
+/// `topics` for three; for a table join only the stream, `left` (the system's `[join]` settings
+/// add the table) and no window.
 fn join_topics() -> String {
+    let window = format!(
+        "window = \"{}ms\"\ngrace = \"{}ms\"",
+        window_ms(),
+        grace_ms()
+    );
     match topics() {
-        [left, right] => format!("left = \"{left}\"\nright = \"{right}\""),
+        [left, _] if data_set() == DataSet::Table => format!("left = \"{left}\""),
+        [left, right] => format!("left = \"{left}\"\nright = \"{right}\"\n{window}"),
         all => {
             let quoted: Vec<String> = all.iter().map(|t| format!("\"{t}\"")).collect();
-            format!("topics = [{}]", quoted.join(", "))
+            format!("topics = [{}]\n{window}", quoted.join(", "))
         }
     }
 }
@@ -64,8 +73,6 @@ group_id = "bench-{tag}"
 [join]
 {}
 kind = "{}"
-window = "{}ms"
-grace = "{}ms"
 {join_extra}
 [plugin]
 path = "{}"
@@ -83,8 +90,6 @@ bind = "127.0.0.1:0"
             std::env::var("BENCH_KAFKA_OPTIONS").unwrap_or_default(),
             join_topics(),
             join_kind(),
-            window_ms(),
-            grace_ms(),
             wasm.display(),
             workers_line(),
             std::env::var("BENCH_MEMORY").unwrap_or_default(),
@@ -92,27 +97,7 @@ bind = "127.0.0.1:0"
     )
     .unwrap();
     let log = dir.join(format!("{tag}.log"));
-    let mut command = Command::new("/usr/bin/time");
-    command
-        .args(["-f", "TIME %U %S %M", "-o"])
-        .arg(dir.join(format!("{tag}.time")));
-    // BENCH_PERF=1: a profile of each cojoin run (its CPU figures then include perf's cost).
-    if std::env::var("BENCH_PERF").is_ok_and(|v| v == "1") {
-        command
-            .args(["perf", "record", "-F", "999", "-g", "-o"])
-            .arg(dir.join(format!("{tag}.perf.data")))
-            .arg("--");
-    }
-    let mut child = command
-        .arg(cojoin_bin())
-        .args(["--log-format", "json", "run", "--config"])
-        .arg(&config)
-        .env("COJOIN_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let child = spawn_cojoin(dir, &tag, &config);
     let url = admin_url(&log);
     // From the first record consumed until every record is consumed and every expected match
     // made (or, when matches fall short, until they stop moving for 5 s: the table flags it).
@@ -176,15 +161,7 @@ bind = "127.0.0.1:0"
             held.1 / held.0
         );
     }
-    // SIGTERM to cojoin itself (the child of GNU time), which then reports its usage.
-    let status = Command::new("pkill")
-        .args(["-TERM", "-P", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "no cojoin process under GNU time");
-    let _ = child.wait();
-    let time = std::fs::read_to_string(dir.join(format!("{tag}.time"))).unwrap_or_default();
-    let (cpu_seconds, peak_rss_mib) = gnu_time(&time);
+    let (cpu_seconds, peak_rss_mib) = stop_cojoin(child, dir, &tag);
     let (seconds, failed) = match (first, last) {
         (Some(f), Some(l)) => ((l - f).as_secs_f64(), None),
         _ => (
@@ -204,6 +181,45 @@ bind = "127.0.0.1:0"
         failed,
         ..Figures::default()
     }
+}
+
+/// `cojoin run --config <config>` under GNU time (and perf, with BENCH_PERF=1), its JSON log in
+/// `<dir>/<tag>.log`, GNU time's line in `<dir>/<tag>.time`.
+pub(crate) fn spawn_cojoin(dir: &Path, tag: &str, config: &Path) -> Child {
+    let mut command = Command::new("/usr/bin/time");
+    command
+        .args(["-f", "TIME %U %S %M", "-o"])
+        .arg(dir.join(format!("{tag}.time")));
+    // BENCH_PERF=1: a profile of each cojoin run (its CPU figures then include perf's cost).
+    if std::env::var("BENCH_PERF").is_ok_and(|v| v == "1") {
+        command
+            .args(["perf", "record", "-F", "999", "-g", "-o"])
+            .arg(dir.join(format!("{tag}.perf.data")))
+            .arg("--");
+    }
+    command
+        .arg(cojoin_bin())
+        .args(["--log-format", "json", "run", "--config"])
+        .arg(config)
+        .env("COJOIN_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("{tag}.log"))).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// SIGTERM to cojoin itself (the child of GNU time), which then reports its usage: (CPU
+/// seconds, peak RSS MiB).
+pub(crate) fn stop_cojoin(mut child: Child, dir: &Path, tag: &str) -> (f64, f64) {
+    let status = Command::new("pkill")
+        .args(["-TERM", "-P", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "no cojoin process under GNU time");
+    let _ = child.wait();
+    let time = std::fs::read_to_string(dir.join(format!("{tag}.time"))).unwrap_or_default();
+    gnu_time(&time)
 }
 
 pub(crate) fn admin_url(log: &Path) -> String {

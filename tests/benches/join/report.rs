@@ -7,16 +7,17 @@ use std::process::Command;
 use cojoin_e2e::plot::{bar_chart_svg, Bar};
 
 use super::summary::{self, cpu_model, table, Summary};
-use super::{env_or, grace_ms, topics, window_ms, BARE};
+use super::{data_set, env_or, grace_ms, window_ms, DataSet, BARE};
 
-pub(crate) fn report(rows: &[Summary], expected: u64, records: u64, runs: u64) {
-    let per_topic = vec![records.to_string(); topics().len()];
+/// `data`: what was joined (the records per topic, or the stream and the table).
+pub(crate) fn report(rows: &[Summary], data: &str, expected: u64, runs: u64) {
+    let window = match data_set() {
+        DataSet::Table => "no window (a table join)".to_owned(),
+        _ => format!("window {} ms, grace {} ms", window_ms(), grace_ms()),
+    };
     println!(
-        "\njoin benchmark: {} records, {}-byte values, window {} ms, grace {} ms; expected matches {expected}; median of {runs} runs",
-        per_topic.join(" + "),
+        "\njoin benchmark: {data}, {}-byte values, {window}; expected matches {expected}; median of {runs} runs",
         env_or("BENCH_VALUE_BYTES", 100),
-        window_ms(),
-        grace_ms()
     );
     let workers = std::env::var("BENCH_WORKERS").unwrap_or_else(|_| "one per core".into());
     println!("{}; cojoin workers: {workers}", machine());
@@ -30,21 +31,22 @@ pub(crate) fn report(rows: &[Summary], expected: u64, records: u64, runs: u64) {
     };
     println!();
     // Three topics (issue 32): three times Kafka Streams' chained joins, and ahead of Flink's.
-    let ratios: &[(&str, &str, f64)] = if topics().len() == 3 {
-        &[
+    // The table data set's targets are its own (join/table.rs).
+    let ratios: &[(&str, &str, f64)] = match data_set() {
+        DataSet::Table => &[],
+        DataSet::Three => &[
             ("cojoin-rust", "kafka-streams-rocksdb", 3.0),
             ("cojoin-rust", "kafka-streams-memory", 3.0),
             ("cojoin-rust", "flink", 1.0),
-        ]
-    } else {
-        &[
+        ],
+        DataSet::Pair => &[
             ("cojoin-rust", BARE, 0.7),
             ("cojoin-rust", "kafka-streams-rocksdb", 2.0),
             ("cojoin-rust", "kafka-streams-memory", 2.0),
             ("cojoin-python", "quixstreams", 5.0),
             ("cojoin-python", "python-handwritten", 1.0),
             ("cojoin-python", "python-handwritten-producing", 1.0),
-        ]
+        ],
     };
     for &(a, b, target) in ratios {
         if let (Some(x), Some(y)) = (rate(a), rate(b)) {
@@ -133,13 +135,12 @@ pub(crate) fn chart_svg(rows: &[Summary], records: u64, runs: u64) -> String {
         .filter(|s| s.failed.is_some())
         .map(|s| s.system.as_str())
         .collect();
-    let three = if topics().len() == 3 {
-        " of three topics"
-    } else {
-        ""
+    let data = match data_set() {
+        DataSet::Pair => format!("{records} records per topic"),
+        DataSet::Three => format!("{records} records per topic of three topics"),
+        DataSet::Table => format!("{records} stream records joined with a table"),
     };
-    let mut title =
-        format!("join throughput: {records} records per topic{three}, median of {runs} runs");
+    let mut title = format!("join throughput: {data}, median of {runs} runs");
     if !failed.is_empty() {
         title.push_str(&format!("; failed: {}", failed.join(", ")));
     }

@@ -120,8 +120,15 @@ pub fn table(rows: &[Summary]) -> Vec<String> {
         })
         .collect();
     let w = runs.iter().map(String::len).chain([4]).max().unwrap_or(4);
+    // The systems' names, at least 20 wide (the stream-table data set's are longer).
+    let n = rows
+        .iter()
+        .map(|s| s.system.len())
+        .chain([20])
+        .max()
+        .unwrap_or(20);
     let mut lines = vec![format!(
-        "{:<20} {:>12} {:<w$} {:>12} {:>9} {:>9} {:>10} {:>12}  {}",
+        "{:<n$} {:>12} {:<w$} {:>12} {:>9} {:>9} {:>10} {:>12}  {}",
         "system",
         "records/s",
         "runs",
@@ -134,9 +141,9 @@ pub fn table(rows: &[Summary]) -> Vec<String> {
     )];
     for (s, runs) in rows.iter().zip(runs) {
         lines.push(match &s.failed {
-            Some(failed) => format!("{:<20} {failed}", s.system),
+            Some(failed) => format!("{:<n$} {failed}", s.system),
             None => format!(
-                "{:<20} {:>12.0} {runs:<w$} {:>12.0} {:>9.0} {:>9.2} {:>10.1} {:>12.2}  {}",
+                "{:<n$} {:>12.0} {runs:<w$} {:>12.0} {:>9.0} {:>9.2} {:>10.1} {:>12.2}  {}",
                 s.system,
                 s.rate,
                 s.matches_per_s,

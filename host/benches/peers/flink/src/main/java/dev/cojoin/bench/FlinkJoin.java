@@ -10,6 +10,7 @@ import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.api.common.serialization.SimpleStringSchema;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.connector.base.DeliveryGuarantee;
 import org.apache.flink.connector.kafka.sink.KafkaRecordSerializationSchema;
 import org.apache.flink.connector.kafka.sink.KafkaSink;
@@ -20,6 +21,11 @@ import org.apache.flink.connector.kafka.source.reader.deserializer.KafkaRecordDe
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.co.ProcessJoinFunction;
+import org.apache.flink.table.api.Schema;
+import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
+import org.apache.flink.table.connector.ChangelogMode;
+import org.apache.flink.types.Row;
+import org.apache.flink.types.RowKind;
 import org.apache.flink.util.Collector;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 
@@ -40,6 +46,14 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
  * later of the pair, as its interval join does) keyed again and joined with shipments. Every match
  * becomes the order-shipped record ({@code {"order_id", "status": "shipped", "order", "payment",
  * "shipment", "shipped_at", "by": "flink"}}).
+ *
+ * <p>{@code --join temporal} (the stream-table benchmark, {@code BENCH_DATA=table}): the right topic
+ * is a table of customers and the left a stream of orders keyed by customer, joined as Flink joins
+ * a stream with a versioned table: the event-time temporal join of its Table API, {@code JOIN
+ * customers FOR SYSTEM_TIME AS OF o.rowtime}, the customers an upsert changelog keyed by the
+ * record key ({@code fromChangelogStream}, {@code ChangelogMode.upsert()}), both sides from the
+ * same Kafka sources and watermarks as the interval join. Every match becomes the order-paid record
+ * with the customer's row as "payment" (as cojoin's order-paid plugin writes {@code b}).
  *
  * <p>{@code --bounded true} (the join benchmark) reads each topic up to its end offsets at the
  * start, so the job ends once everything is read; then it prints one JSON line: records, matches,
@@ -76,7 +90,8 @@ public final class FlinkJoin {
         String bootstrap = a.getOrDefault("bootstrap", "127.0.0.1:9092");
         String left = a.get("left"), right = a.get("right"), out = a.get("output-topic");
         String third = a.get("third");
-        Duration window = Duration.ofMillis(Long.parseLong(a.get("window-ms")));
+        Duration window = Duration.ofMillis(Long.parseLong(a.getOrDefault("window-ms", "0")));
+        boolean temporal = "temporal".equals(a.getOrDefault("join", "interval"));
         Duration grace = Duration.ofMillis(Long.parseLong(a.getOrDefault("grace-ms", "0")));
         boolean bounded = Boolean.parseBoolean(a.getOrDefault("bounded", "false"));
         boolean exactlyOnce = "exactly-once".equals(a.getOrDefault("guarantee", "at-least-once"));
@@ -97,7 +112,9 @@ public final class FlinkJoin {
                 watermarks, left);
         DataStream<Event> payments = env.fromSource(source(bootstrap, right, group, bounded, exactlyOnce),
                 watermarks, right);
-        DataStream<String> matched = third == null
+        DataStream<String> matched = temporal
+                ? enriched(env, orders, payments)
+                : third == null
                 ? paid(orders, payments, window)
                 : shipped(orders, payments, env.fromSource(
                         source(bootstrap, third, group, bounded, exactlyOnce), watermarks, third), window);
@@ -141,6 +158,40 @@ public final class FlinkJoin {
                                 + order.value + ",\"payment\":" + payment.value + ",\"by\":\"flink\"}");
                     }
                 });
+    }
+
+    /**
+     * The stream-table join: each order with its customer's row as of the order's timestamp, Flink
+     * SQL's event-time temporal join against the customers read as an upsert changelog.
+     */
+    static DataStream<String> enriched(StreamExecutionEnvironment env, DataStream<Event> orders,
+            DataStream<Event> customers) {
+        StreamTableEnvironment tables = StreamTableEnvironment.create(env);
+        // Event time: the records' timestamps and the sources' watermarks, as the DataStreams have them.
+        tables.createTemporaryView("orders", tables.fromDataStream(orders, Schema.newBuilder()
+                .columnByMetadata("rowtime", "TIMESTAMP_LTZ(3)")
+                .watermark("rowtime", "SOURCE_WATERMARK()")
+                .build()));
+        DataStream<Row> upserts = customers
+                .map(e -> Row.ofKind(RowKind.UPDATE_AFTER, e.key, e.value))
+                .returns(Types.ROW_NAMED(new String[] {"k", "v"}, Types.STRING, Types.STRING));
+        tables.createTemporaryView("customers", tables.fromChangelogStream(upserts, Schema.newBuilder()
+                .column("k", "STRING NOT NULL")
+                .column("v", "STRING")
+                .columnByMetadata("rowtime", "TIMESTAMP_LTZ(3)")
+                .watermark("rowtime", "SOURCE_WATERMARK()")
+                .primaryKey("k")
+                .build(), ChangelogMode.upsert()));
+        return tables.toDataStream(tables.sqlQuery(
+                        "SELECT o.`key`, o.`value`, c.v FROM orders AS o "
+                                + "JOIN customers FOR SYSTEM_TIME AS OF o.rowtime AS c ON o.`key` = c.k"))
+                .map(r -> {
+                    MATCHES.incrementAndGet();
+                    LAST_NANOS.set(System.nanoTime());
+                    return "{\"order_id\":\"" + r.getField(0) + "\",\"status\":\"paid\",\"order\":"
+                            + r.getField(1) + ",\"payment\":" + r.getField(2) + ",\"by\":\"flink\"}";
+                })
+                .returns(Types.STRING);
     }
 
     /**
@@ -228,7 +279,10 @@ public final class FlinkJoin {
             }
             a.put(argv[i].substring(2), argv[i + 1]);
         }
-        for (String required : new String[] {"left", "right", "window-ms", "output-topic"}) {
+        boolean windowed = !"temporal".equals(a.get("join"));
+        for (String required : windowed
+                ? new String[] {"left", "right", "window-ms", "output-topic"}
+                : new String[] {"left", "right", "output-topic"}) {
             if (!a.containsKey(required)) {
                 throw new IllegalArgumentException("missing --" + required);
             }
