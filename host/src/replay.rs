@@ -24,13 +24,20 @@ pub struct ReplayResult {
 
 /// Events are routed by topic (one of `join.topics`, or the left and right topics) and partition;
 /// with a join key taken from the value (`join.left_key` / `right_key` / `keys`) they are
-/// re-keyed, all in one task.
+/// re-keyed, all in one task; so are they with a global table (`join.table.scope`).
 pub fn replay(
     config: &Config,
     lines: &str,
     action: &mut dyn Action,
 ) -> Result<ReplayResult, ReplayError> {
-    let policy = crate::wiring::task_policy(config);
+    let mut policy = crate::wiring::task_policy(config);
+    // A global table: every stream record sees every row, so the recording goes to one task,
+    // whose table keeps the latest rows in the recording's timestamp order.
+    let global = config.join.table_is_global();
+    if global {
+        let latest = crate::join::table::TableMode::Latest;
+        policy.table = Some(crate::task::TableJoin::CoPartitioned(latest));
+    }
     // A recording is judged against the clock of the replay, as a host would judge it live.
     let wall_clock = crate::clock::now_ms() as i64;
     let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();
@@ -65,7 +72,7 @@ pub fn replay(
         // A key from the value: as the repartition step re-keys a record (one without the field
         // goes on keyless, to the null-key policy), and every event to one task, since the
         // recording's partitions are not the internal topic's.
-        let partition = if config.join.keys_from_records() {
+        let partition = if config.join.keys_from_records() && !global {
             event.partition
         } else {
             if !selector.is_record_key() {

@@ -243,7 +243,8 @@ fn a_two_topic_plugin_for_three_topics_is_refused_naming_the_world_it_needs() {
 
 /// The stream–table join of examples/orders-customers (README "Stream–table joins"): each order
 /// with its customer's row as of its timestamp (versioned), or as the table stands when it is
-/// taken (latest); without a row, `no-customer` in a left join and nothing in an inner one.
+/// taken (latest, and a global table); without a row, `no-customer` in a left join and nothing
+/// in an inner one.
 #[test]
 fn the_orders_customers_recording_gives_the_readmes_table_in_each_mode() {
     let example = root().join("examples/orders-customers/cojoin.toml");
@@ -258,6 +259,12 @@ fn the_orders_customers_recording_gives_the_readmes_table_in_each_mode() {
     };
     let latest = variant("latest", "mode = \"versioned\"", "mode = \"latest\"");
     let inner = variant("inner", "kind = \"left\"", "kind = \"inner\"");
+    // A global table's rows are the latest; the recording is replayed in one task.
+    let global = variant(
+        "global",
+        "mode = \"versioned\", history = \"1h\"",
+        "scope = \"global\"",
+    );
     // (order, status, the customer's tier, the update's seconds after the first)
     let versioned_left = [
         ("order-1", "enriched", "silver", 0),
@@ -277,6 +284,7 @@ fn the_orders_customers_recording_gives_the_readmes_table_in_each_mode() {
     for (config, want) in [
         (&example, versioned_left.to_vec()),
         (&latest, latest_left.to_vec()),
+        (&global, latest_left.to_vec()),
         (&inner, versioned_inner),
     ] {
         let (lines, stderr, code) = run_with(

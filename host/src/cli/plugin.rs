@@ -244,6 +244,12 @@ pub(crate) fn test(args: TestArgs) -> Result<ExitCode> {
         "records {}, matches {}, expiries {}, late {}, future timestamps {}, null keys {}, tombstones {}, failed calls {}, refused outputs {}, dead-lettered {}",
         c.records, c.matches, c.expiries, c.late, c.future_timestamps, c.null_keys, c.tombstones, c.failed_calls, c.refused_outputs, c.dead_lettered
     );
+    if c.table_updates + c.table_misses + c.table_too_old > 0 {
+        eprintln!(
+            "table updates {}, stream records without a row {}, too old for the history {}",
+            c.table_updates, c.table_misses, c.table_too_old
+        );
+    }
     for reason in &result.halted {
         eprintln!("{reason}");
     }
