@@ -134,7 +134,7 @@ pub fn state_dir_report(base: &Path, report: &mut CheckReport) {
 
 /// What the broker says: topics, permissions, repartitioning, and where the producers put keys.
 fn broker_report(config: &Config, per_topic: usize, report: &mut CheckReport) -> Result<()> {
-    let topics: Vec<&str> = config.join.topics.iter().map(String::as_str).collect();
+    let mut topics: Vec<&str> = config.join.topics.iter().map(String::as_str).collect();
     // A group of its own that it never joins (librdkafka's assign needs one); a principal with no
     // ACL on it sees one GroupAuthorizationFailed logged by librdkafka, and nothing fails.
     let client =
@@ -176,7 +176,7 @@ fn broker_report(config: &Config, per_topic: usize, report: &mut CheckReport) ->
                     == Some(rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
         })
     };
-    let counts: Vec<usize> = topics.iter().map(|t| count(t)).collect();
+    let mut counts: Vec<usize> = topics.iter().map(|t| count(t)).collect();
     let listed: Vec<String> = (topics.iter().zip(&counts))
         .map(|(t, c)| format!("{t}: {c} partitions"))
         .collect();
@@ -205,6 +205,14 @@ fn broker_report(config: &Config, per_topic: usize, report: &mut CheckReport) ->
     if topics.iter().any(|t| hidden(t)) {
         // Partition counts and keys cannot be read until the permissions are granted.
         return Ok(());
+    }
+    if config.join.table_is_global() && counts[1] > 0 {
+        report.lines.push(format!(
+            "{}: a global table, read whole by every host: the stream needs no co-partitioning with it",
+            topics[1]
+        ));
+        topics.truncate(1);
+        counts.truncate(1);
     }
     if !counts.contains(&0) && !plan.sides.is_empty() {
         return repartition_report(config, &consumer, &plan, &counts, per_topic, report);
@@ -334,7 +342,8 @@ fn repartition_report(
         ));
     }
     let topics = &config.join.topics;
-    for i in 0..topics.len() {
+    // A global table is not the group's to read (`counts` has the stream's alone).
+    for i in 0..counts.len() {
         if plan.sides.iter().any(|s| s.source == *topics[i]) {
             continue;
         }

@@ -176,3 +176,29 @@ fn a_global_table_is_read_whole_by_every_host_and_followed_while_it_runs() {
     assert_eq!(outputs.len(), 300, "no duplicates across the restart");
     assert_eq!(counted(&outputs, "paid"), 275);
 }
+
+#[test]
+fn check_accepts_a_global_table_with_another_partition_count_than_the_stream() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("orders", PARTITIONS, 1).unwrap();
+    cluster.create_topic("payments", 3, 1).unwrap();
+    cluster.create_topic("orders-paid", 1, 1).unwrap();
+    cluster.create_topic("dlq", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    let p = producer(&bootstrap);
+    send(&p, "payments", "order-1", "{}", BASE_TS, None);
+    produce_stream(&p, 0, 20);
+    let global = table_config_scoped(&bootstrap, "check-global", "global");
+    let report = cojoin::check::check(&global, 1_000).unwrap();
+    assert!(report.problems.is_empty(), "{report:?}");
+    assert!(
+        (report.lines.iter()).any(|l| l.starts_with("payments: a global table, read whole")),
+        "{report:?}"
+    );
+    // Co-partitioned, the same topics need the stream re-keyed to the table's count.
+    let co = table_config_scoped(&bootstrap, "check-co", "co-partitioned");
+    let report = cojoin::check::check(&co, 1_000).unwrap();
+    let repartitioned =
+        (report.lines.iter()).any(|l| l.starts_with("repartitioning: orders is re-keyed"));
+    assert!(repartitioned, "{report:?}");
+}
