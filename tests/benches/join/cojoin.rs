@@ -107,7 +107,7 @@ bind = "127.0.0.1:0"
     let deadline = Instant::now() + Duration::from_secs(900);
     while Instant::now() < deadline {
         page = get(&format!("{url}/metrics")).body;
-        let consumed: f64 = topics()
+        let mut consumed: f64 = topics()
             .iter()
             .map(|t| {
                 sample(
@@ -117,6 +117,10 @@ bind = "127.0.0.1:0"
                 .unwrap_or(0.0)
             })
             .sum();
+        // A global table is read by the host's table reader, not the group's consumer.
+        if system.ends_with("-global") {
+            consumed += sample(&page, "cojoin_table_updates_total").unwrap_or(0.0);
+        }
         let matches = sample(&page, "cojoin_matches_total").unwrap_or(0.0);
         // A left join's unmatched orders come out when their windows close, after the matches.
         let expiries = sample(&page, "cojoin_expiries_total").unwrap_or(0.0) as u64;
