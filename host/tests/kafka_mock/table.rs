@@ -202,3 +202,27 @@ fn check_accepts_a_global_table_with_another_partition_count_than_the_stream() {
         (report.lines.iter()).any(|l| l.starts_with("repartitioning: orders is re-keyed"));
     assert!(repartitioned, "{report:?}");
 }
+
+#[test]
+fn a_global_table_whose_topic_is_missing_stops_the_host_naming_it() {
+    let (_cluster, bootstrap) = join_cluster();
+    let mut config = table_config_scoped(&bootstrap, "global-missing", "global");
+    config.join.table.as_mut().unwrap().topic = "customers".into();
+    config.join.topics[1] = "customers".into();
+    config.join.right = "customers".into();
+    let host = start_host_config(config);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !host.thread.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the host ran on without its table"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let error = host.thread.join().unwrap().unwrap_err();
+    let text = format!("{error:#}");
+    assert!(
+        text.contains("the global table's topic \"customers\" (join.table.topic) does not exist"),
+        "{text}"
+    );
+}
