@@ -39,6 +39,36 @@ fn produce_stream(p: &ThreadedProducer<DefaultProducerContext>, from: i64, to: i
     p.flush(Duration::from_secs(10)).unwrap();
 }
 
+/// A row `{"paid":true}` stamped `ts` in `payments` for each `order-{i}`.
+fn produce_rows(
+    p: &ThreadedProducer<DefaultProducerContext>,
+    keys: impl Iterator<Item = i64>,
+    ts: i64,
+) {
+    for i in keys {
+        send(
+            p,
+            "payments",
+            &format!("order-{i}"),
+            "{\"paid\":true}",
+            ts,
+            None,
+        );
+    }
+    p.flush(Duration::from_secs(10)).unwrap();
+}
+
+/// A mock cluster whose `orders` has 4 partitions and `payments` 3.
+fn uneven_cluster() -> (MockCluster<'static, DefaultProducerContext>, String) {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("orders", PARTITIONS, 1).unwrap();
+    cluster.create_topic("payments", 3, 1).unwrap();
+    cluster.create_topic("orders-paid", 1, 1).unwrap();
+    cluster.create_topic("dlq", 1, 1).unwrap();
+    let bootstrap = cluster.bootstrap_servers();
+    (cluster, bootstrap)
+}
+
 fn counted(outputs: &[(String, String)], status: &str) -> usize {
     outputs.iter().filter(|(_, s)| s == status).count()
 }
@@ -65,16 +95,7 @@ fn a_table_join_enriches_every_record_and_restores_the_table_after_a_restart() {
     let group = format!("table-{}", std::process::id());
     let p = producer(&bootstrap);
     // The table: a row for three keys out of four, stamped before any order.
-    for i in (0..100).filter(|i| i % 4 != 0) {
-        send(
-            &p,
-            "payments",
-            &format!("order-{i}"),
-            "{\"paid\":true}",
-            BASE_TS - 1000,
-            None,
-        );
-    }
+    produce_rows(&p, (0..100).filter(|i| i % 4 != 0), BASE_TS - 1000);
     produce_stream(&p, 0, 100);
     let host = start_host_config(table_config(&bootstrap, &group));
     // A left table join needs no window to close: every order is handed over at once.
@@ -115,25 +136,11 @@ fn a_table_join_enriches_every_record_and_restores_the_table_after_a_restart() {
 
 #[test]
 fn a_global_table_is_read_whole_by_every_host_and_followed_while_it_runs() {
-    let cluster = MockCluster::new(1).unwrap();
     // The stream and the table need not be co-partitioned: 4 partitions against 3.
-    cluster.create_topic("orders", PARTITIONS, 1).unwrap();
-    cluster.create_topic("payments", 3, 1).unwrap();
-    cluster.create_topic("orders-paid", 1, 1).unwrap();
-    cluster.create_topic("dlq", 1, 1).unwrap();
-    let bootstrap = cluster.bootstrap_servers();
+    let (_cluster, bootstrap) = uneven_cluster();
     let group = format!("global-{}", std::process::id());
     let p = producer(&bootstrap);
-    for i in (0..100).filter(|i| i % 4 != 0) {
-        send(
-            &p,
-            "payments",
-            &format!("order-{i}"),
-            "{\"paid\":true}",
-            BASE_TS - 1000,
-            None,
-        );
-    }
+    produce_rows(&p, (0..100).filter(|i| i % 4 != 0), BASE_TS - 1000);
     produce_stream(&p, 0, 100);
     let host = start_host_config(table_config_scoped(&bootstrap, &group, "global"));
     let outputs = read_outputs(&bootstrap, |o| o.len() >= 100);
@@ -144,17 +151,7 @@ fn a_global_table_is_read_whole_by_every_host_and_followed_while_it_runs() {
     let page = metric_reaches(&host, "cojoin_table_restored_records_total", 75);
     assert_eq!(sample(&page, "cojoin_table_rows"), Some(75), "{page}");
     // Rows for the other keys while the host runs: followed, then joined.
-    for i in (0..100).filter(|i| i % 4 == 0) {
-        send(
-            &p,
-            "payments",
-            &format!("order-{i}"),
-            "{\"paid\":true}",
-            BASE_TS,
-            None,
-        );
-    }
-    p.flush(Duration::from_secs(10)).unwrap();
+    produce_rows(&p, (0..100).filter(|i| i % 4 == 0), BASE_TS);
     metric_reaches(&host, "cojoin_table_rows", 100);
     produce_stream(&p, 100, 200);
     let outputs = read_outputs(&bootstrap, |o| o.len() >= 200);
@@ -179,12 +176,7 @@ fn a_global_table_is_read_whole_by_every_host_and_followed_while_it_runs() {
 
 #[test]
 fn check_accepts_a_global_table_with_another_partition_count_than_the_stream() {
-    let cluster = MockCluster::new(1).unwrap();
-    cluster.create_topic("orders", PARTITIONS, 1).unwrap();
-    cluster.create_topic("payments", 3, 1).unwrap();
-    cluster.create_topic("orders-paid", 1, 1).unwrap();
-    cluster.create_topic("dlq", 1, 1).unwrap();
-    let bootstrap = cluster.bootstrap_servers();
+    let (_cluster, bootstrap) = uneven_cluster();
     let p = producer(&bootstrap);
     send(&p, "payments", "order-1", "{}", BASE_TS, None);
     produce_stream(&p, 0, 20);
