@@ -200,24 +200,32 @@ pub fn post_mortem(kafka: &Kafka, hosts: &[HostProcess]) -> String {
 }
 
 /// Records on `tasks`' partitions of `topics` past what `group` last committed as processed
-/// (the processed-through of the commit metadata, else the committed offset): at most that many
-/// records were processed since the last commit, and only their outcomes may repeat. Each record
-/// of this stream takes part in at most one match, and the expiries its stream time closes are
-/// fewer than the records in between, so duplicates of outcomes stay within it.
+/// (see [`uncommitted`]): at most that many records were processed since the last commit, and
+/// only their outcomes may repeat. Each record of this stream takes part in at most one match,
+/// and the expiries its stream time closes are fewer than the records in between, so duplicates
+/// of outcomes stay within it.
 pub fn records_past_last_commit(kafka: &Kafka, group: &str, topics: &[&str], tasks: &[i32]) -> i64 {
     let mut past = 0;
     for &topic in topics {
-        let ends = kafka.end_offsets(topic, PARTITIONS);
-        let committed = kafka.committed(group, topic, PARTITIONS);
-        for &p in tasks {
-            let (offset, metadata) = &committed[p as usize];
+        let uncommitted = uncommitted(kafka, group, topic, PARTITIONS);
+        past += tasks.iter().map(|&p| uncommitted[p as usize]).sum::<i64>();
+    }
+    past
+}
+
+/// Per partition of `topic` (of `partitions`): its records past what `group` last committed as
+/// processed — the processed-through of the commit metadata, else the committed offset.
+pub fn uncommitted(kafka: &Kafka, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+    let ends = kafka.end_offsets(topic, partitions);
+    let committed = kafka.committed(group, topic, partitions);
+    (ends.iter().zip(&committed))
+        .map(|(end, (offset, metadata))| {
             let first_new = metadata
                 .strip_prefix("cojoin/1 processed-through=")
                 .and_then(|n| n.parse::<i64>().ok())
                 .map(|through| through + 1)
                 .unwrap_or((*offset).max(0));
-            past += (ends[p as usize] - first_new).max(0);
-        }
-    }
-    past
+            (end - first_new).max(0)
+        })
+        .collect()
 }

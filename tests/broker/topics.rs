@@ -80,9 +80,16 @@ impl Kafka {
     }
 
     /// What `group` has committed for each partition of `topic`: (offset, metadata); offset -1
-    /// where nothing is committed.
+    /// where nothing is committed. Offsets of a transaction still open (an exactly-once host
+    /// killed mid-transaction) are not committed: read_uncommitted asks the broker for the last
+    /// stable commit rather than wait for that transaction's end (librdkafka's default,
+    /// read_committed, asks for stable offsets only and times out while it is open).
     pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<(i64, String)> {
-        let consumer: BaseConsumer = self.client().set("group.id", group).create().unwrap();
+        let consumer: BaseConsumer = (self.client())
+            .set("group.id", group)
+            .set("isolation.level", "read_uncommitted")
+            .create()
+            .unwrap();
         let mut tpl = rdkafka::TopicPartitionList::new();
         for p in 0..partitions {
             tpl.add_partition(topic, p);

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use cojoin_e2e::broker::ReadRecord;
+use cojoin_e2e::scenario::PARTITIONS;
 
 pub const MINUTE: i64 = 60_000;
 
@@ -15,6 +16,28 @@ const PHASE1_KEYS: usize = 120;
 const PHASE2_A_KEYS: usize = 40;
 const PHASE2_B_KEYS: usize = 40;
 pub const ROUNDS: usize = 8;
+
+/// How the table is joined: which row an order must get, and how the stream is partitioned.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scope {
+    /// Task p holds partition p of `orders` and of `payments`, versioned: the row as of the
+    /// order's timestamp.
+    CoPartitioned,
+    /// Every host reads the whole table, latest: the row its view holds when the order is
+    /// processed, which the feed makes the last update produced before the order.
+    Global,
+}
+
+impl Scope {
+    /// `orders`' partitions: the table's count when co-partitioned; another when global, which
+    /// needs no co-partitioning (nor repartitions the stream).
+    pub fn orders_partitions(self) -> i32 {
+        match self {
+            Scope::CoPartitioned => PARTITIONS,
+            Scope::Global => 4,
+        }
+    }
+}
 
 /// A table record: a row's new version, or a deletion.
 #[derive(Clone, Debug)]
@@ -128,15 +151,29 @@ impl Script {
     }
 
     fn updates(&self) -> impl Iterator<Item = &Update> {
-        (self.phase1_updates.iter()).chain(self.rounds.iter().flat_map(|r| &r.updates))
+        self.stages().flat_map(|(updates, _)| updates)
     }
 
     fn orders(&self) -> impl Iterator<Item = &Order> {
-        (self.phase1_orders.iter()).chain(self.rounds.iter().flat_map(|r| &r.orders))
+        self.stages().flat_map(|(_, orders)| orders)
+    }
+
+    /// Phase 1, then each round: updates produced, then orders.
+    fn stages(&self) -> impl Iterator<Item = (&[Update], &[Order])> {
+        std::iter::once((&self.phase1_updates[..], &self.phase1_orders[..]))
+            .chain(self.rounds.iter().map(|r| (&r.updates[..], &r.orders[..])))
     }
 
     /// Per order number: its key and the version it must be joined with (`None`: unpaid).
-    pub fn expected(&self) -> BTreeMap<u32, (String, Option<u32>)> {
+    pub fn expected(&self, scope: Scope) -> BTreeMap<u32, (String, Option<u32>)> {
+        match scope {
+            Scope::CoPartitioned => self.expected_as_of(),
+            Scope::Global => self.expected_latest(),
+        }
+    }
+
+    /// Versioned: its key's update with the largest timestamp at or before the order's.
+    fn expected_as_of(&self) -> BTreeMap<u32, (String, Option<u32>)> {
         let mut history: BTreeMap<&str, Vec<&Update>> = BTreeMap::new();
         for u in self.updates() {
             history.entry(&u.key).or_default().push(u);
@@ -150,6 +187,52 @@ impl Script {
                 (o.n, (o.key.clone(), row))
             })
             .collect()
+    }
+
+    /// Latest (a global table fed in lockstep, see `feed`): its key's last update produced
+    /// before it, whatever the timestamps.
+    fn expected_latest(&self) -> BTreeMap<u32, (String, Option<u32>)> {
+        let mut rows: BTreeMap<&str, Option<u32>> = BTreeMap::new();
+        let mut expected = BTreeMap::new();
+        for (updates, orders) in self.stages() {
+            rows.extend(updates.iter().map(|u| (u.key.as_str(), u.version)));
+            for o in orders {
+                let row = rows.get(o.key.as_str()).copied().flatten();
+                expected.insert(o.n, (o.key.clone(), row));
+            }
+        }
+        expected
+    }
+
+    /// Orders whose key's last update produced before them is a deletion (latest: unpaid).
+    pub fn orders_after_a_deletion(&self) -> usize {
+        let mut deleted: BTreeMap<&str, bool> = BTreeMap::new();
+        let mut orders = 0;
+        for (updates, round_orders) in self.stages() {
+            deleted.extend(
+                updates
+                    .iter()
+                    .map(|u| (u.key.as_str(), u.version.is_none())),
+            );
+            orders += (round_orders.iter())
+                .filter(|o| deleted.get(o.key.as_str()) == Some(&true))
+                .count();
+        }
+        orders
+    }
+
+    /// Keys with a row once phase 1's updates and `rounds` rounds' are applied (the roll
+    /// records not counted).
+    pub fn rows_after(&self, rounds: usize) -> usize {
+        let mut rows: BTreeMap<&str, bool> = BTreeMap::new();
+        for (updates, _) in self.stages().take(1 + rounds) {
+            rows.extend(
+                updates
+                    .iter()
+                    .map(|u| (u.key.as_str(), u.version.is_some())),
+            );
+        }
+        rows.values().filter(|&&row| row).count()
     }
 }
 

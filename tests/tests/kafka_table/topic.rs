@@ -157,11 +157,12 @@ impl Table {
     }
 }
 
-/// A broker with the join's topics, `payments` compacted; phase 1 of `script` in the table, and
-/// the broker's cleaner through it: every partition read from its beginning holds each key once.
-pub fn compacted_table(dir: &std::path::Path, script: &Script) -> Table {
+/// A broker with the join's topics (`orders` with `orders_partitions`, `payments` with
+/// [`PARTITIONS`] and compacted); phase 1 of `script` in the table, and the broker's cleaner
+/// through it: every partition read from its beginning holds each key once.
+pub fn compacted_table(dir: &std::path::Path, script: &Script, orders_partitions: i32) -> Table {
     let kafka = Kafka::start_with(dir, BROKER_SETTINGS);
-    kafka.create_topic("orders", PARTITIONS);
+    kafka.create_topic("orders", orders_partitions);
     kafka.create_topic_with("payments", PARTITIONS, &TABLE_TOPIC);
     kafka.create_topic("orders-paid", 1);
     kafka.create_topic("dlq", 1);
