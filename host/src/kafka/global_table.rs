@@ -53,6 +53,10 @@ impl GlobalTable {
         let consumer: BaseConsumer =
             client::reader(&config.kafka, &format!("{}-global-table", config.kafka.group_id))
                 .set("auto.offset.reset", "earliest")
+                // A restore reads whole partitions: fetch more of each per request than the
+                // default 1 MiB (1M rows of make bench-join-table: 6.9 s at 1 MiB, 2.9 s at
+                // 8 MiB, 3.8 s at 16 MiB; one run each, the machine busy).
+                .set("max.partition.fetch.bytes", "8388608")
                 .create()
                 .context("creating the Kafka client that reads the global table (check [kafka] and [kafka.options])")?;
         let partitions = client::topic_partitions(&consumer, &topic)?;
