@@ -108,7 +108,7 @@ impl GlobalTable {
             if !behind(&next) {
                 break;
             }
-            let polled = self.poll_batch(&mut batch, Duration::from_millis(100))?;
+            let polled = self.poll_batch(&mut batch, Duration::from_millis(100));
             for event in &batch {
                 next.insert(event.partition, event.offset + 1);
             }
@@ -150,8 +150,9 @@ impl GlobalTable {
     }
 
     /// Polls up to [`BATCH`] records into `batch` (waiting at most `wait` for the first), and
-    /// says how many.
-    fn poll_batch(&mut self, batch: &mut Vec<Event>, wait: Duration) -> Result<usize> {
+    /// says how many. A poll that fails is said and counted, and ends the batch: the consumer
+    /// retries on its own.
+    fn poll_batch(&mut self, batch: &mut Vec<Event>, wait: Duration) -> usize {
         let mut wait = wait;
         while batch.len() < BATCH {
             match self.consumer.poll(wait) {
@@ -177,7 +178,7 @@ impl GlobalTable {
             }
             wait = Duration::ZERO;
         }
-        Ok(batch.len())
+        batch.len()
     }
 
     fn apply(&self, batch: &mut Vec<Event>) {
@@ -203,8 +204,7 @@ impl GlobalTable {
             .spawn(move || {
                 let mut batch = Vec::with_capacity(BATCH);
                 while !stopped.load(Ordering::Relaxed) {
-                    // A poll that fails is said and retried: the consumer reconnects on its own.
-                    let _ = self.poll_batch(&mut batch, Duration::from_millis(100));
+                    self.poll_batch(&mut batch, Duration::from_millis(100));
                     self.apply(&mut batch);
                 }
             })

@@ -75,18 +75,9 @@ fn counted(outputs: &[(String, String)], status: &str) -> usize {
 
 /// Waits until the metric `name` reads `want` (at most 60 s), and returns the page.
 fn metric_reaches(host: &RunningHost, name: &str, want: u64) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let page = host.metrics.render();
-        if sample(&page, name) == Some(want) {
-            return page;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} never read {want}:\n{page}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_page(host, &format!("{name} never read {want}"), |page| {
+        sample(page, name) == Some(want)
+    })
 }
 
 #[test]
